@@ -1,0 +1,33 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Both build .venv from nothing (Python 3.11 + Java 17 on the machine), then run.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install java clean
+
+demo: $(STAMP)
+	$(BIN)/kappa demo
+
+test: $(STAMP)
+	@# pytest exits 5 when it collected no test: that is a failure here.
+	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
+
+install: $(STAMP)
+
+java:
+	@command -v java >/dev/null 2>&1 || { echo "Java 17 is missing: install it with 'apt-get install -y openjdk-17-jre-headless' and retry."; exit 1; }
+
+$(STAMP): setup.cfg pyproject.toml | java
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is missing: install it with 'apt-get install -y python3.11 python3.11-venv' and retry."; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	# pyspark-client (from the Spark provider) overwrites part of the pyspark package;
+	# reinstall pyspark last so every file is pyspark's own (same pinned release).
+	$(BIN)/pip install --quiet --no-deps --force-reinstall "$$(grep -E '^ *pyspark==' setup.cfg | tr -d ' ')"
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,432 @@
+"""The job config, ``kappa.yaml``: loading and validation.
+
+Every error names the key (a dotted path into the file), the bad value and what is
+allowed; unknown keys are errors, so typos never pass silently. Pure Python (no
+pyspark, no pyiceberg, no Airflow): safe at DAG-parse time, in the CLI and in Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.timeparse import parse_duration
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """An Iceberg catalog: pyiceberg properties, or an Airflow connection id (IcebergHook)."""
+
+    name: str
+    properties: Mapping[str, str] | None = None
+    conn_id: str | None = None
+
+
+@dataclass(frozen=True)
+class IcebergSourceConfig:
+    """A table of landed Kafka events, each row stamped with its ingestion time."""
+
+    name: str
+    catalog: str
+    table: str
+    ingestion_column: str
+    max_misalignment_threshold: timedelta | None = None
+    type: str = "iceberg"
+
+
+@dataclass(frozen=True)
+class KafkaSourceConfig:
+    """A Kafka topic read by Spark's built-in Kafka source."""
+
+    name: str
+    topics: str
+    bootstrap_servers: str
+    schema: str | None = None
+    ingestion_column: str | None = None
+    starting_offsets: str = "latest"
+    options: Mapping[str, str] = field(default_factory=dict)
+    type: str = "kafka"
+
+
+@dataclass(frozen=True)
+class DynamicSourceConfig:
+    """A source the job reads by name, resolved to one of its candidates per run."""
+
+    name: str
+    selected: str
+    candidates: tuple[str, ...]
+    type: str = "dynamic"
+
+
+SourceConfig = IcebergSourceConfig | KafkaSourceConfig | DynamicSourceConfig
+
+
+@dataclass(frozen=True)
+class IcebergSinkConfig:
+    """An Iceberg output table; ``time_column`` decides which rows a window owns."""
+
+    name: str
+    catalog: str
+    table: str
+    time_column: str
+    type: str = "iceberg"
+
+
+@dataclass(frozen=True)
+class BackfillDefaults:
+    """Defaults for backfill options (overridden by CLI flags and DAG params)."""
+
+    slice: timedelta = timedelta(hours=1)
+    warmup: timedelta = timedelta(0)
+    tail: timedelta | None = None
+    mode: str = "sequential"
+    min_match: float = 0.0
+
+
+@dataclass(frozen=True)
+class JobSection:
+    """The ``job:`` section."""
+
+    name: str
+    application: Path
+    checkpoint_root: str
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    master: str = "local[*]"
+    live_trigger: timedelta = timedelta(seconds=10)
+    staging_namespace: str = "kappa_staging"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """A whole, validated kappa.yaml."""
+
+    path: Path
+    job: JobSection
+    catalogs: Mapping[str, CatalogConfig]
+    sources: Mapping[str, SourceConfig]
+    sinks: Mapping[str, IcebergSinkConfig]
+    backfill: BackfillDefaults = field(default_factory=BackfillDefaults)
+
+    def job_sources(self) -> list[str]:
+        """Names the job reads: every source that is not only a candidate of a dynamic one."""
+        candidates = {c for s in self.sources.values() if isinstance(s, DynamicSourceConfig) for c in s.candidates}
+        return [n for n in self.sources if n not in candidates]
+
+    def resolve(self, name: str, *, backfill: bool) -> IcebergSourceConfig | KafkaSourceConfig:
+        """The concrete source a run reads for ``name``.
+
+        Backfill takes a dynamic source's ``iceberg`` candidate; live takes ``selected``.
+
+        :param name: a source name from ``sources:``.
+        :param backfill: resolve for a backfill run (else live).
+        :raises KappaConfigError: unknown source, or no iceberg candidate when backfilling.
+        """
+        if name not in self.sources:
+            raise KappaConfigError(f"source {name!r} is not defined in {self.path}; defined: {sorted(self.sources)}")
+        src = self.sources[name]
+        if isinstance(src, DynamicSourceConfig):
+            if backfill:
+                iceberg = [c for c in src.candidates if isinstance(self.sources[c], IcebergSourceConfig)]
+                if not iceberg:
+                    raise KappaConfigError(
+                        f"sources.{name}: a backfill needs a candidate of type 'iceberg'; "
+                        f"candidates {list(src.candidates)} have none"
+                    )
+                return self.sources[iceberg[0]]  # type: ignore[return-value]
+            return self.sources[src.selected]  # type: ignore[return-value]
+        if backfill and not isinstance(src, IcebergSourceConfig):
+            raise KappaConfigError(f"sources.{name}: type {src.type!r} cannot be backfilled; expected 'iceberg'")
+        return src
+
+    def catalog(self, name: str) -> CatalogConfig:
+        """The catalog called ``name``."""
+        try:
+            return self.catalogs[name]
+        except KeyError as e:
+            raise KappaConfigError(f"catalog {name!r} is not defined; defined: {sorted(self.catalogs)}") from e
+
+    def sink(self, name: str) -> IcebergSinkConfig:
+        """The sink called ``name``."""
+        try:
+            return self.sinks[name]
+        except KeyError as e:
+            raise KappaConfigError(f"sink {name!r} is not defined in {self.path}; defined: {sorted(self.sinks)}") from e
+
+
+class _Section:
+    """Typed access to one mapping of the YAML, tracking unknown keys."""
+
+    def __init__(self, data: object, where: str, allowed: set[str]) -> None:
+        if not isinstance(data, dict):
+            raise KappaConfigError(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
+        unknown = sorted(set(map(str, data)) - allowed)
+        if unknown:
+            raise KappaConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        self.data: dict[str, Any] = {str(k): v for k, v in data.items()}
+        self.where = where
+
+    def key(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def str(self, name: str, default: str | None = None, *, required: bool = True) -> str:
+        if name not in self.data or self.data[name] is None:
+            if default is not None or not required:
+                return default  # type: ignore[return-value]
+            raise KappaConfigError(f"{self.key(name)}: missing; it is required")
+        value = self.data[name]
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)) or str(value).strip() == "":
+            raise KappaConfigError(f"{self.key(name)}: {value!r} must be a non-empty string")
+        return str(value)
+
+    def mapping(self, name: str) -> dict[str, str]:
+        value = self.data.get(name) or {}
+        if not isinstance(value, dict):
+            raise KappaConfigError(f"{self.key(name)}: {value!r} must be a mapping of strings")
+        return _props(value, self.key(name))
+
+
+def _name(value: str, where: str) -> str:
+    if not _NAME.match(value):
+        raise KappaConfigError(f"{where}: {value!r} is not a valid name; use letters, digits, '_', '-', '.'")
+    return value
+
+
+def _table(sec: _Section) -> str:
+    table = sec.str("table")
+    if not _TABLE.match(table):
+        raise KappaConfigError(f"{sec.key('table')}: {table!r} must be 'namespace.table'")
+    return table
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """Load and validate a kappa.yaml.
+
+    :param path: path to the file; ``job.application`` is resolved relative to it.
+    :raises KappaConfigError: for any invalid key, type, reference or value.
+    """
+    cfg_path = Path(path).expanduser().resolve()
+    try:
+        text = cfg_path.read_text()
+    except OSError as e:
+        raise KappaConfigError(f"config {str(path)!r} cannot be read: {e.strerror}") from e
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise KappaConfigError(f"config {str(path)!r} is not valid YAML: {e}") from e
+    return parse_config(expand_env(raw, "", cfg_path), cfg_path)
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(raw: Any, where: str, path: Path) -> Any:
+    """Substitute ``${VAR}`` and ``${VAR:-default}`` in every string of the YAML;
+    ``${CONFIG_DIR}`` is the folder holding the file.
+
+    :raises KappaConfigError: a variable that is unset and has no default.
+    """
+    if isinstance(raw, dict):
+        return {k: expand_env(v, f"{where}.{k}" if where else str(k), path) for k, v in raw.items()}
+    if isinstance(raw, list):
+        return [expand_env(v, f"{where}[{i}]", path) for i, v in enumerate(raw)]
+    if not isinstance(raw, str):
+        return raw
+
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name == "CONFIG_DIR":
+            return str(path.parent)
+        value = os.environ.get(name)
+        if value:
+            return value
+        if default is None:
+            raise KappaConfigError(f"{where}: {raw!r} uses ${{{name}}}, which is not set and has no default")
+        return default
+
+    return _VAR.sub(sub, raw)
+
+
+def parse_config(raw: object, path: Path) -> JobConfig:
+    """Validate an already parsed kappa.yaml mapping (see :func:`load_config`).
+
+    :param raw: the mapping read from YAML.
+    :param path: where it came from (relative paths resolve against its folder).
+    """
+    top = _Section(raw, "", {"job", "catalogs", "sources", "sinks", "backfill"})
+    for required in ("job", "catalogs", "sources", "sinks"):
+        if not top.data.get(required):
+            raise KappaConfigError(f"{required}: missing or empty in {path}; it is required")
+
+    j = _Section(
+        top.data["job"],
+        "job",
+        {"name", "application", "checkpoint_root", "spark_conf", "master", "live_trigger", "staging_namespace"},
+    )
+    application = Path(j.str("application"))
+    if not application.is_absolute():
+        application = (path.parent / application).resolve()
+    checkpoint_root = j.str("checkpoint_root")
+    if "://" not in checkpoint_root and not Path(checkpoint_root).is_absolute():
+        checkpoint_root = str((path.parent / checkpoint_root).resolve())
+    job = JobSection(
+        name=_name(j.str("name"), "job.name"),
+        application=application,
+        checkpoint_root=checkpoint_root,
+        spark_conf=j.mapping("spark_conf"),
+        master=j.str("master", "local[*]"),
+        live_trigger=parse_duration(j.data.get("live_trigger", "10s"), "job.live_trigger"),
+        staging_namespace=_name(j.str("staging_namespace", "kappa_staging"), "job.staging_namespace"),
+    )
+
+    catalogs: dict[str, CatalogConfig] = {}
+    cats = top.data["catalogs"]
+    if not isinstance(cats, dict):
+        raise KappaConfigError(f"catalogs: expected a mapping of catalog names, got {cats!r}")
+    for cname, body in cats.items():
+        where = f"catalogs.{cname}"
+        _name(str(cname), where)
+        if not isinstance(body, dict) or not body:
+            raise KappaConfigError(f"{where}: expected pyiceberg properties or {{conn_id: ...}}, got {body!r}")
+        if "conn_id" in body:
+            sec = _Section(body, where, {"conn_id"})
+            catalogs[str(cname)] = CatalogConfig(str(cname), conn_id=sec.str("conn_id"))
+        else:
+            catalogs[str(cname)] = CatalogConfig(str(cname), properties=_props(body, where))
+
+    sources: dict[str, SourceConfig] = {}
+    srcs = top.data["sources"]
+    if not isinstance(srcs, dict):
+        raise KappaConfigError(f"sources: expected a mapping of source names, got {srcs!r}")
+    for sname, body in srcs.items():
+        where = f"sources.{sname}"
+        _name(str(sname), where)
+        sources[str(sname)] = _source(str(sname), body, where)
+
+    sinks: dict[str, IcebergSinkConfig] = {}
+    snks = top.data["sinks"]
+    if not isinstance(snks, dict):
+        raise KappaConfigError(f"sinks: expected a mapping of sink names, got {snks!r}")
+    for kname, body in snks.items():
+        where = f"sinks.{kname}"
+        _name(str(kname), where)
+        sec = _Section(body, where, {"type", "catalog", "table", "time_column"})
+        stype = sec.str("type", "iceberg")
+        if stype != "iceberg":
+            raise KappaConfigError(f"{where}.type: {stype!r} is not a sink type; allowed: ['iceberg']")
+        sinks[str(kname)] = IcebergSinkConfig(
+            name=str(kname), catalog=sec.str("catalog"), table=_table(sec), time_column=sec.str("time_column")
+        )
+
+    backfill = _backfill_defaults(top.data.get("backfill"))
+    cfg = JobConfig(path=path, job=job, catalogs=catalogs, sources=sources, sinks=sinks, backfill=backfill)
+    _check_references(cfg)
+    return cfg
+
+
+def _props(body: dict[Any, Any], where: str) -> dict[str, str]:
+    out = {}
+    for k, v in body.items():
+        if isinstance(v, (dict, list)) or v is None:
+            raise KappaConfigError(f"{where}.{k}: {v!r} must be a string, number or boolean")
+        out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+    return out
+
+
+def _source(name: str, body: object, where: str) -> SourceConfig:
+    if not isinstance(body, dict):
+        raise KappaConfigError(f"{where}: expected a mapping, got {body!r}")
+    stype = body.get("type")
+    if stype == "dynamic":
+        sec = _Section(body, where, {"type", "selected", "candidates"})
+        cands = sec.data.get("candidates")
+        if not isinstance(cands, list) or not cands or not all(isinstance(c, str) for c in cands):
+            raise KappaConfigError(f"{where}.candidates: {cands!r} must be a non-empty list of source names")
+        return DynamicSourceConfig(name=name, selected=sec.str("selected"), candidates=tuple(cands))
+    if stype == "iceberg":
+        sec = _Section(body, where, {"type", "catalog", "table", "ingestion_column", "max_misalignment_threshold"})
+        threshold = sec.data.get("max_misalignment_threshold")
+        return IcebergSourceConfig(
+            name=name,
+            catalog=sec.str("catalog"),
+            table=_table(sec),
+            ingestion_column=sec.str("ingestion_column"),
+            max_misalignment_threshold=None
+            if threshold is None
+            else parse_duration(threshold, f"{where}.max_misalignment_threshold"),
+        )
+    if stype == "kafka":
+        sec = _Section(
+            body,
+            where,
+            {"type", "topics", "bootstrap_servers", "schema", "ingestion_column", "starting_offsets", "options"},
+        )
+        topics = sec.data.get("topics")
+        if isinstance(topics, list) and topics and all(isinstance(t, str) for t in topics):
+            topics = ",".join(topics)
+        sec.data["topics"] = topics
+        return KafkaSourceConfig(
+            name=name,
+            topics=sec.str("topics"),
+            bootstrap_servers=sec.str("bootstrap_servers"),
+            schema=sec.str("schema", required=False),
+            ingestion_column=sec.str("ingestion_column", required=False),
+            starting_offsets=sec.str("starting_offsets", "latest"),
+            options=sec.mapping("options"),
+        )
+    raise KappaConfigError(f"{where}.type: {stype!r} is not a source type; allowed: ['dynamic', 'iceberg', 'kafka']")
+
+
+def _backfill_defaults(body: object) -> BackfillDefaults:
+    if body is None:
+        return BackfillDefaults()
+    sec = _Section(body, "backfill", {"slice", "warmup", "tail", "mode", "min_match"})
+    mode = sec.str("mode", "sequential")
+    if mode not in ("sequential", "parallel"):
+        raise KappaConfigError(f"backfill.mode: {mode!r} is not a mode; allowed: ['sequential', 'parallel']")
+    min_match = sec.data.get("min_match", 0.0)
+    if isinstance(min_match, bool) or not isinstance(min_match, (int, float)) or not 0 <= min_match <= 100:
+        raise KappaConfigError(f"backfill.min_match: {min_match!r} must be a percentage between 0 and 100")
+    tail = sec.data.get("tail")
+    return BackfillDefaults(
+        slice=parse_duration(sec.data.get("slice", "1h"), "backfill.slice"),
+        warmup=parse_duration(sec.data.get("warmup", "0s"), "backfill.warmup", allow_zero=True),
+        tail=None if tail is None else parse_duration(tail, "backfill.tail", allow_zero=True),
+        mode=mode,
+        min_match=float(min_match),
+    )
+
+
+def _check_references(cfg: JobConfig) -> None:
+    for name, src in cfg.sources.items():
+        where = f"sources.{name}"
+        if isinstance(src, DynamicSourceConfig):
+            for cand in src.candidates:
+                if cand not in cfg.sources:
+                    raise KappaConfigError(
+                        f"{where}.candidates: {cand!r} is not a defined source; defined: {sorted(cfg.sources)}"
+                    )
+                if isinstance(cfg.sources[cand], DynamicSourceConfig):
+                    raise KappaConfigError(f"{where}.candidates: {cand!r} is itself dynamic; candidates must be concrete")
+            if src.selected not in src.candidates:
+                raise KappaConfigError(
+                    f"{where}.selected: {src.selected!r} is not one of its candidates {list(src.candidates)}"
+                )
+        elif isinstance(src, IcebergSourceConfig) and src.catalog not in cfg.catalogs:
+            raise KappaConfigError(
+                f"{where}.catalog: {src.catalog!r} is not a defined catalog; defined: {sorted(cfg.catalogs)}"
+            )
+    for name, sink in cfg.sinks.items():
+        if sink.catalog not in cfg.catalogs:
+            raise KappaConfigError(
+                f"sinks.{name}.catalog: {sink.catalog!r} is not a defined catalog; defined: {sorted(cfg.catalogs)}"
+            )

@@ -1,0 +1,30 @@
+"""Exceptions raised by airflow-provider-kappa.
+
+Every message names the object, the bad value and what was expected.
+"""
+
+from __future__ import annotations
+
+
+class KappaError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class KappaConfigError(KappaError, ValueError):
+    """A kappa.yaml, a backfill parameter or a ``spark.kappa.*`` conf value is invalid."""
+
+
+class KappaSourceError(KappaError):
+    """A source table, snapshot or column cannot be read as asked."""
+
+
+class KappaSinkError(KappaError):
+    """A sink, staging table or publish step cannot proceed."""
+
+
+class KappaValidationError(KappaError):
+    """Staged output failed validation (for example its match rate is below ``min_match``)."""
+
+
+class KappaConcurrencyError(KappaError):
+    """Another backfill already holds an overlapping window of the same target."""

@@ -1,0 +1,65 @@
+"""pyiceberg catalogs inside Spark (driver and executors): built from plain properties."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Mapping
+
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+
+def catalog_from_options(options: Mapping[str, str]) -> Catalog:
+    """The catalog a ``kappa_iceberg`` reader or writer was pointed at by its options:
+    ``catalog`` (name), ``catalog_properties`` (inline JSON) and ``catalogs_file`` (path).
+    Called on the driver; executors get only what they need, pickled with their task."""
+    return load_catalog(options["catalog"], catalog_properties(options))
+
+
+def catalog_properties(options: Mapping[str, str]) -> dict[str, str]:
+    """Merged catalog properties named by a reader's/writer's options (file wins)."""
+    import json
+
+    from airflow_provider_kappa.spark.settings import read_catalogs_file
+
+    name = options.get("catalog")
+    if not name:
+        raise KappaConfigError("kappa_iceberg: option 'catalog' is required (the catalog name)")
+    props = dict(json.loads(options.get("catalog_properties") or "{}"))
+    if options.get("catalogs_file"):
+        props.update(read_catalogs_file(options["catalogs_file"]).get(name, {}))
+    return props
+
+
+def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
+    """A pyiceberg catalog called ``name`` (the name keys its tables in a SqlCatalog).
+
+    :param name: the catalog name from kappa.yaml's ``catalogs:``.
+    :param properties: pyiceberg catalog properties.
+    """
+    return _cached(name, tuple(sorted(properties.items())))
+
+
+@lru_cache(maxsize=16)
+def _cached(name: str, items: tuple[tuple[str, str], ...]) -> Catalog:
+    from pyiceberg.catalog import load_catalog as _load
+
+    if not items:
+        raise KappaConfigError(f"catalog {name!r}: no properties given (spark.kappa.catalog.{name}.* or the catalogs file)")
+    try:
+        return _load(name, **dict(items))
+    except Exception as e:  # pyiceberg raises many types; re-raise with the catalog named
+        raise KappaConfigError(f"catalog {name!r} cannot be loaded: {type(e).__name__}: {e}") from e
+
+
+def load_table(catalog: Catalog, identifier: str) -> Table:
+    """Load ``identifier`` or raise a clear error naming the table and catalog."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError as e:
+        raise KappaSourceError(f"table {identifier!r} does not exist in catalog {catalog.name!r}") from e

@@ -1,0 +1,157 @@
+"""Resolution of sources and sinks from ``spark.kappa.*``: the only live-vs-backfill switch."""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from airflow_provider_kappa.spark.datasource import SHORT_NAME, KappaIcebergDataSource
+from airflow_provider_kappa.spark.settings import (
+    AVAILABLE_NOW,
+    BACKFILL,
+    PREFIX,
+    IcebergSourceSettings,
+    KafkaSourceSettings,
+    RunSettings,
+    SinkSettings,
+    load_settings,
+)
+from airflow_provider_kappa.timeparse import format_duration, to_micros
+
+
+def settings_of(spark: SparkSession) -> RunSettings:
+    """Decode this session's ``spark.kappa.*`` conf."""
+    return load_settings(dict(spark.sparkContext.getConf().getAll()) | _runtime_conf(spark))
+
+
+def _runtime_conf(spark: SparkSession) -> dict[str, str]:
+    try:
+        return {k: v for k, v in spark.conf.getAll.items() if k.startswith(PREFIX)}
+    except Exception:  # noqa: BLE001 - only older/remote sessions lack getAll; conf from the context suffices
+        return {}
+
+
+def _register(spark: SparkSession) -> None:
+    spark.dataSource.register(KappaIcebergDataSource)
+
+
+def catalog_options(settings: RunSettings, catalog: str) -> dict[str, str]:
+    """Reader/writer options that locate catalog ``catalog``: its inline (non-secret)
+    properties and the path of the catalogs file, never the file's contents."""
+    opts = {"catalog_properties": json.dumps(dict(settings.catalogs.get(catalog, {})))}
+    if settings.catalogs_file:
+        opts["catalogs_file"] = settings.catalogs_file
+    return opts
+
+
+def iceberg_source_options(settings: RunSettings, src: IcebergSourceSettings) -> dict[str, str]:
+    """Options of the ``kappa_iceberg`` reader for ``src`` under ``settings``.
+
+    Credentials are never put in options: the reader gets the catalogs file's path
+    (see :func:`catalog_options`), so they stay out of plans and logs.
+    """
+    opts: dict[str, str] = {
+        "catalog": src.catalog,
+        "table": src.table,
+        "ingestion_column": src.ingestion_column,
+        "mode": "bounded" if settings.mode == BACKFILL else "tail",
+        **catalog_options(settings, src.catalog),
+    }
+    if settings.mode == BACKFILL:
+        assert settings.read_start is not None and settings.read_end is not None
+        opts["read_start_micros"] = str(to_micros(settings.read_start))
+        opts["read_end_micros"] = str(to_micros(settings.read_end))
+        if src.snapshot_id is not None:
+            opts["snapshot_id"] = str(src.snapshot_id)
+        if settings.max_misalignment_threshold is not None:
+            opts["max_misalignment_threshold"] = format_duration(settings.max_misalignment_threshold)
+        opts["align_with"] = json.dumps(
+            [
+                {
+                    "catalog": s.catalog,
+                    "table": s.table,
+                    "ingestion_column": s.ingestion_column,
+                    "snapshot_id": s.snapshot_id,
+                }
+                for s in settings.aligned_sources()
+            ]
+        )
+    return opts
+
+
+def kafka_source_options(src: KafkaSourceSettings) -> dict[str, str]:
+    """Options of Spark's built-in Kafka source for ``src`` (needs ``spark-sql-kafka-0-10``)."""
+    opts = {
+        "kafka.bootstrap.servers": src.bootstrap_servers,
+        "subscribe": src.topics,
+        "startingOffsets": src.starting_offsets,
+    }
+    opts.update(src.options)
+    return opts
+
+
+def read_source(spark: SparkSession, name: str) -> DataFrame:
+    """See :func:`airflow_provider_kappa.spark.read_source`."""
+    settings = settings_of(spark)
+    src = settings.source(name)
+    if isinstance(src, IcebergSourceSettings):
+        _register(spark)
+        return spark.readStream.format(SHORT_NAME).options(**iceberg_source_options(settings, src)).load()
+    df = spark.readStream.format("kafka").options(**kafka_source_options(src)).load()
+    return parse_kafka_value(df, src)
+
+
+def parse_kafka_value(df: DataFrame, src: KafkaSourceSettings) -> DataFrame:
+    """Turn Kafka records into the landed-table columns: JSON ``value`` by ``schema``,
+    Kafka's ``timestamp`` as the ingestion column. Without a schema, the raw records."""
+    if not src.schema:
+        return df
+    cols = [F.from_json(F.col("value").cast("string"), src.schema).alias("v")]
+    if src.ingestion_column:
+        cols.append(F.col("timestamp").alias(src.ingestion_column))
+    parsed = df.select(*cols)
+    return parsed.select("v.*", *([src.ingestion_column] if src.ingestion_column else []))
+
+
+def sink_writer_options(settings: RunSettings, sink: SinkSettings) -> dict[str, str]:
+    """Options of the ``kappa_iceberg`` writer for ``sink``."""
+    opts = {
+        "catalog": sink.catalog,
+        "table": sink.write_table,
+        "target_table": sink.table,
+        "time_column": sink.time_column,
+        "mode": settings.mode,
+        **catalog_options(settings, sink.catalog),
+    }
+    if sink.slice_id is not None:
+        opts["slice"] = sink.slice_id
+    if settings.backfill_id is not None:
+        opts["backfill_id"] = settings.backfill_id
+    return opts
+
+
+def write_sink(df: DataFrame, name: str) -> StreamingQuery:
+    """See :func:`airflow_provider_kappa.spark.write_sink`."""
+    spark = df.sparkSession
+    settings = settings_of(spark)
+    sink = settings.sink(name)
+    _register(spark)
+    if sink.owns_start is not None:
+        df = df.filter(F.col(sink.time_column) >= F.lit(sink.owns_start))
+    if sink.owns_end is not None:
+        df = df.filter(F.col(sink.time_column) < F.lit(sink.owns_end))
+    writer = (
+        df.writeStream.format(SHORT_NAME)
+        .options(**sink_writer_options(settings, sink))
+        .outputMode("append")
+        .queryName(f"kappa_{settings.job}_{name}".replace("-", "_"))
+        .option("checkpointLocation", f"{settings.checkpoint.rstrip('/')}/{name}")
+    )
+    if settings.trigger == AVAILABLE_NOW:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{settings.trigger_interval.total_seconds():g} seconds")
+    return writer.start()

@@ -1,0 +1,262 @@
+"""The ``spark.kappa.*`` Spark conf: the one contract between launchers and the job.
+
+A launcher (``kappa run``/``kappa backfill``, the Airflow slice operator, or any
+spark-submit) writes these keys; :func:`read_source` and :func:`write_sink` read them
+back through :func:`load_settings`. Pure Python: no pyspark import here.
+
+Keys (``<src>`` is the name the job passes to ``read_source``, ``<sink>`` to ``write_sink``)::
+
+    spark.kappa.mode                      live | backfill
+    spark.kappa.job                       job name
+    spark.kappa.checkpoint                checkpoint folder of this run; a sink's query uses <it>/<sink>
+    spark.kappa.trigger                   availableNow | processingTime
+    spark.kappa.trigger.interval          processing-time interval (live), e.g. 10s
+    spark.kappa.catalogs.file             JSON file {catalog: {pyiceberg props}}: credentials live here only
+    spark.kappa.catalog.<cat>.<prop>      inline, non-secret pyiceberg properties (merged under the file)
+    spark.kappa.read.start / .read.end    backfill read range in ingestion time (ISO-8601)
+    spark.kappa.max_misalignment_threshold  ingestion time one micro-batch may advance (e.g. 900s)
+    spark.kappa.source.<src>.type         iceberg | kafka
+    spark.kappa.source.<src>.candidate    the concrete source chosen for <src>
+    spark.kappa.source.<src>.catalog / .table / .ingestion_column / .snapshot_id   (iceberg)
+    spark.kappa.source.<src>.topics / .bootstrap_servers / .schema / .starting_offsets
+    spark.kappa.source.<src>.option.<k>   extra Kafka source options (kafka)
+    spark.kappa.sink.<sink>.catalog / .table / .time_column     the target table
+    spark.kappa.sink.<sink>.write_table   table the query writes (staging in a backfill)
+    spark.kappa.sink.<sink>.owns.start / .owns.end   time_column range this run owns (backfill)
+    spark.kappa.sink.<sink>.slice         slice id stamped on staged commits (backfill)
+    spark.kappa.backfill.id               backfill id (backfill)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Callable, Mapping
+
+from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.timeparse import parse_duration, parse_timestamp
+
+PREFIX = "spark.kappa."
+LIVE = "live"
+BACKFILL = "backfill"
+AVAILABLE_NOW = "availableNow"
+PROCESSING_TIME = "processingTime"
+
+
+@dataclass(frozen=True)
+class IcebergSourceSettings:
+    """A ``kappa_iceberg`` read: one table, bounded at a pinned snapshot or tailing."""
+
+    name: str
+    candidate: str
+    catalog: str
+    table: str
+    ingestion_column: str
+    snapshot_id: int | None = None
+
+
+@dataclass(frozen=True)
+class KafkaSourceSettings:
+    """A read through Spark's built-in Kafka source."""
+
+    name: str
+    candidate: str
+    topics: str
+    bootstrap_servers: str
+    schema: str | None = None
+    ingestion_column: str | None = None
+    starting_offsets: str = "latest"
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """Where ``write_sink`` writes and which rows it keeps."""
+
+    name: str
+    catalog: str
+    table: str
+    time_column: str
+    write_table: str
+    owns_start: datetime | None = None
+    owns_end: datetime | None = None
+    slice_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything one Spark application run needs, decoded from ``spark.kappa.*``."""
+
+    mode: str
+    job: str
+    checkpoint: str
+    trigger: str
+    trigger_interval: timedelta
+    catalogs: Mapping[str, Mapping[str, str]]  # inline properties only; secrets are in catalogs_file
+    sources: Mapping[str, IcebergSourceSettings | KafkaSourceSettings]
+    sinks: Mapping[str, SinkSettings]
+    read_start: datetime | None = None
+    read_end: datetime | None = None
+    max_misalignment_threshold: timedelta | None = None
+    backfill_id: str | None = None
+    catalogs_file: str | None = None
+
+    def source(self, name: str) -> IcebergSourceSettings | KafkaSourceSettings:
+        """The settings of source ``name`` or a clear error listing what is configured."""
+        if name not in self.sources:
+            raise KappaConfigError(
+                f"read_source: source {name!r} is not in the Spark conf ({PREFIX}source.{name}.*); "
+                f"configured: {sorted(self.sources)}"
+            )
+        return self.sources[name]
+
+    def sink(self, name: str) -> SinkSettings:
+        """The settings of sink ``name`` or a clear error listing what is configured."""
+        if name not in self.sinks:
+            raise KappaConfigError(
+                f"write_sink: sink {name!r} is not in the Spark conf ({PREFIX}sink.{name}.*); "
+                f"configured: {sorted(self.sinks)}"
+            )
+        return self.sinks[name]
+
+    def aligned_sources(self) -> list[IcebergSourceSettings]:
+        """Every iceberg source of the run, in name order: they share one admission grid."""
+        return [s for _, s in sorted(self.sources.items()) if isinstance(s, IcebergSourceSettings)]
+
+
+def load_settings(conf: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> RunSettings:
+    """Decode ``spark.kappa.*`` keys into :class:`RunSettings`.
+
+    :param conf: all Spark conf entries (key -> value), or a callable returning them.
+    :raises KappaConfigError: for missing or malformed keys, naming the key.
+    """
+    entries = conf() if callable(conf) else conf
+    kv = {k[len(PREFIX) :]: v for k, v in entries.items() if k.startswith(PREFIX)}
+    if not kv:
+        raise KappaConfigError(
+            f"no {PREFIX}* keys in the Spark conf: launch the job with `kappa run`/`kappa backfill`, "
+            "the Airflow operators, or pass the keys with --conf / --properties-file"
+        )
+
+    def get(key: str, default: str | None = None) -> str:
+        value = kv.get(key, default)
+        if value is None or value == "":
+            raise KappaConfigError(f"{PREFIX}{key}: missing from the Spark conf")
+        return value
+
+    mode = get("mode")
+    if mode not in (LIVE, BACKFILL):
+        raise KappaConfigError(f"{PREFIX}mode: {mode!r}; allowed: ['live', 'backfill']")
+    trigger = get("trigger", AVAILABLE_NOW if mode == BACKFILL else PROCESSING_TIME)
+    if trigger not in (AVAILABLE_NOW, PROCESSING_TIME):
+        raise KappaConfigError(f"{PREFIX}trigger: {trigger!r}; allowed: ['availableNow', 'processingTime']")
+
+    catalogs: dict[str, dict[str, str]] = {}
+    for key, value in kv.items():
+        if key.startswith("catalog."):
+            _, cat, prop = key.split(".", 2)
+            catalogs.setdefault(cat, {})[prop] = value
+
+    def grouped(prefix: str) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for key, value in kv.items():
+            if key.startswith(prefix):
+                name, _, rest = key[len(prefix) :].partition(".")
+                out.setdefault(name, {})[rest] = value
+        return out
+
+    sources: dict[str, IcebergSourceSettings | KafkaSourceSettings] = {}
+    for name, s in grouped("source.").items():
+        where = f"{PREFIX}source.{name}"
+        stype = s.get("type")
+        if stype == "iceberg":
+            snap = s.get("snapshot_id")
+            try:
+                snapshot_id = int(snap) if snap else None
+            except ValueError as e:
+                raise KappaConfigError(f"{where}.snapshot_id: {snap!r} is not an integer snapshot id") from e
+            for req in ("catalog", "table", "ingestion_column"):
+                if not s.get(req):
+                    raise KappaConfigError(f"{where}.{req}: missing from the Spark conf")
+            sources[name] = IcebergSourceSettings(
+                name=name,
+                candidate=s.get("candidate", name),
+                catalog=s["catalog"],
+                table=s["table"],
+                ingestion_column=s["ingestion_column"],
+                snapshot_id=snapshot_id,
+            )
+        elif stype == "kafka":
+            for req in ("topics", "bootstrap_servers"):
+                if not s.get(req):
+                    raise KappaConfigError(f"{where}.{req}: missing from the Spark conf")
+            sources[name] = KafkaSourceSettings(
+                name=name,
+                candidate=s.get("candidate", name),
+                topics=s["topics"],
+                bootstrap_servers=s["bootstrap_servers"],
+                schema=s.get("schema"),
+                ingestion_column=s.get("ingestion_column"),
+                starting_offsets=s.get("starting_offsets", "latest"),
+                options={k[len("option.") :]: v for k, v in s.items() if k.startswith("option.")},
+            )
+        else:
+            raise KappaConfigError(f"{where}.type: {stype!r}; allowed: ['iceberg', 'kafka']")
+
+    sinks: dict[str, SinkSettings] = {}
+    for name, s in grouped("sink.").items():
+        where = f"{PREFIX}sink.{name}"
+        for req in ("catalog", "table", "time_column"):
+            if not s.get(req):
+                raise KappaConfigError(f"{where}.{req}: missing from the Spark conf")
+        sinks[name] = SinkSettings(
+            name=name,
+            catalog=s["catalog"],
+            table=s["table"],
+            time_column=s["time_column"],
+            write_table=s.get("write_table", s["table"]),
+            owns_start=parse_timestamp(s["owns.start"], f"{where}.owns.start") if "owns.start" in s else None,
+            owns_end=parse_timestamp(s["owns.end"], f"{where}.owns.end") if "owns.end" in s else None,
+            slice_id=s.get("slice"),
+        )
+
+    read_start = parse_timestamp(kv["read.start"], f"{PREFIX}read.start") if "read.start" in kv else None
+    read_end = parse_timestamp(kv["read.end"], f"{PREFIX}read.end") if "read.end" in kv else None
+    if mode == BACKFILL and (read_start is None or read_end is None):
+        raise KappaConfigError(f"{PREFIX}read.start and {PREFIX}read.end are required when mode is 'backfill'")
+    if read_start is not None and read_end is not None and read_end <= read_start:
+        raise KappaConfigError(f"{PREFIX}read.end: {kv['read.end']!r} must be after read.start {kv['read.start']!r}")
+    threshold = kv.get("max_misalignment_threshold")
+    return RunSettings(
+        mode=mode,
+        job=get("job"),
+        checkpoint=get("checkpoint"),
+        trigger=trigger,
+        trigger_interval=parse_duration(kv.get("trigger.interval", "10s"), f"{PREFIX}trigger.interval"),
+        catalogs=catalogs,
+        sources=sources,
+        sinks=sinks,
+        read_start=read_start,
+        read_end=read_end,
+        max_misalignment_threshold=None
+        if threshold is None
+        else parse_duration(threshold, f"{PREFIX}max_misalignment_threshold"),
+        backfill_id=kv.get("backfill.id"),
+        catalogs_file=kv.get("catalogs.file"),
+    )
+
+
+def read_catalogs_file(path: str) -> dict[str, dict[str, str]]:
+    """Read the catalogs file a launcher wrote (JSON ``{catalog: {prop: value}}``).
+
+    :param path: the file named by ``spark.kappa.catalogs.file``.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise KappaConfigError(f"{PREFIX}catalogs.file: {path!r} cannot be read as JSON: {e}") from e
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise KappaConfigError(f"{PREFIX}catalogs.file: {path!r} must hold {{catalog: {{property: value}}}}")
+    return {str(c): {str(k): str(v) for k, v in props.items()} for c, props in data.items()}

@@ -1,0 +1,101 @@
+"""Parsing of the durations and timestamps used in kappa.yaml, CLI flags and DAG params.
+
+Pure Python on purpose: it runs at DAG-parse time, in the CLI and inside Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+from airflow_provider_kappa.exceptions import KappaConfigError
+
+_UNITS = {
+    "ms": timedelta(milliseconds=1),
+    "s": timedelta(seconds=1),
+    "sec": timedelta(seconds=1),
+    "min": timedelta(minutes=1),
+    "h": timedelta(hours=1),
+    "d": timedelta(days=1),
+}
+_SHORT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|min|h|d)\s*$")
+_ISO = re.compile(
+    r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?"
+    r"(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$"
+)
+DURATION_FORMS = "a number with a unit (30s, 15min, 1h, 2d, 500ms) or ISO-8601 (PT15M)"
+
+
+def parse_duration(value: object, key: str, *, allow_zero: bool = False) -> timedelta:
+    """Parse a duration such as ``30s``, ``15min``, ``1h``, ``2d`` or ISO-8601 ``PT15M``.
+
+    :param value: the raw value (a string; a ``timedelta`` is passed through).
+    :param key: the config key or parameter name, used in error messages.
+    :param allow_zero: accept ``0s`` (for ``warmup`` and ``tail``); negative is never allowed.
+    :raises KappaConfigError: naming ``key``, the bad value and the accepted forms.
+    """
+    if isinstance(value, timedelta):
+        result = value
+    elif isinstance(value, str) and value.strip():
+        text = value.strip()
+        short = _SHORT.match(text)
+        iso = _ISO.match(text.upper()) if text.upper().startswith("P") and text.upper() not in ("P", "PT") else None
+        if short:
+            result = float(short.group(1)) * _UNITS[short.group(2)]
+        elif iso:
+            parts = {k: float(v) for k, v in iso.groupdict().items() if v}
+            result = timedelta(
+                days=parts.get("d", 0), hours=parts.get("h", 0), minutes=parts.get("m", 0), seconds=parts.get("s", 0)
+            )
+        else:
+            raise KappaConfigError(f"{key}: {value!r} is not a duration; expected {DURATION_FORMS}")
+    else:
+        raise KappaConfigError(f"{key}: {value!r} is not a duration; expected {DURATION_FORMS}")
+    if result < timedelta(0) or (result == timedelta(0) and not allow_zero):
+        allowed = "zero or positive" if allow_zero else "positive"
+        raise KappaConfigError(f"{key}: {value!r} must be {allowed}")
+    return result
+
+
+def parse_timestamp(value: object, key: str) -> datetime:
+    """Parse an ISO-8601 timestamp that carries an offset; return it in UTC.
+
+    :param value: the raw value (a string, or an aware ``datetime``).
+    :param key: the parameter name, used in error messages.
+    :raises KappaConfigError: for unparsable or naive timestamps.
+    """
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError as e:
+            raise KappaConfigError(
+                f"{key}: {value!r} is not an ISO-8601 timestamp; expected e.g. 2026-11-25T10:00:00+00:00"
+            ) from e
+    else:
+        raise KappaConfigError(f"{key}: {value!r} is not an ISO-8601 timestamp with an offset")
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise KappaConfigError(
+            f"{key}: {value!r} is a naive timestamp; add an offset, e.g. {parsed.isoformat()}+00:00"
+        )
+    return parsed.astimezone(timezone.utc)
+
+
+def format_duration(value: timedelta) -> str:
+    """Render a duration in the short form this module parses back (``900s``)."""
+    micros = round(value.total_seconds() * 1_000_000)
+    if micros % 1_000_000 == 0:
+        return f"{micros // 1_000_000}s"
+    return f"{micros / 1000:g}ms"
+
+
+def to_micros(ts: datetime) -> int:
+    """Microseconds since the Unix epoch of an aware datetime (Iceberg's timestamptz unit)."""
+    delta = ts - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(micros: int) -> datetime:
+    """The aware UTC datetime of microseconds since the Unix epoch."""
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)

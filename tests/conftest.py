@@ -1,0 +1,63 @@
+"""Shared fixtures: one local SparkSession per test session, a real sqlite SqlCatalog per test.
+
+Helpers that several test modules need live in ``tests/lake.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+# Spark's Python workers must run this interpreter; avoid host-name lookups.
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local SparkSession for the whole test run (2 cores on CI)."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("kappa-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def lake_dir(tmp_path: Path) -> Path:
+    """A fresh folder holding catalog.db and warehouse/."""
+    (tmp_path / "warehouse").mkdir()
+    return tmp_path
+
+
+@pytest.fixture()
+def catalog_props(lake_dir: Path) -> dict[str, str]:
+    """pyiceberg properties of a file-backed sqlite SqlCatalog in ``lake_dir``."""
+    return {
+        "type": "sql",
+        "uri": f"sqlite:///{lake_dir}/catalog.db",
+        "warehouse": f"file://{lake_dir}/warehouse",
+    }
+
+
+@pytest.fixture()
+def catalog(catalog_props: dict[str, str]) -> object:
+    """A real pyiceberg SqlCatalog named ``lake``."""
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog("lake", **catalog_props)
