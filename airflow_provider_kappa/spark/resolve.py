@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from pyspark.sql import DataFrame, SparkSession
@@ -130,6 +131,8 @@ def sink_writer_options(settings: RunSettings, sink: SinkSettings) -> dict[str, 
         opts["slice"] = sink.slice_id
     if settings.backfill_id is not None:
         opts["backfill_id"] = settings.backfill_id
+    digest = hashlib.sha1(settings.checkpoint.encode()).hexdigest()[:12]
+    opts["writer_id"] = f"{settings.job}/{sink.name}/{digest}"
     return opts
 
 

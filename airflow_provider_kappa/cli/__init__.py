@@ -1,0 +1,45 @@
+"""The ``kappa`` command: demo, run, plan, backfill.
+
+Each verb lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
+modules are imported only when their verb runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from airflow_provider_kappa.exceptions import KappaError
+
+VERBS = {
+    "demo": "embedded default: local lake, live run, incident, backfill, report",
+    "run": "run the job live (selected candidates, processing-time trigger)",
+    "plan": "print the slices a backfill would run, from manifests only",
+    "backfill": "snapshot, plan, run slices, validate and publish a window",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every verb."""
+    parser = argparse.ArgumentParser(prog="kappa", description="Kappa backfills of unchanged PySpark streaming jobs.")
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="{" + ",".join(VERBS) + "}")
+    for verb, help_text in VERBS.items():
+        p = sub.add_parser(verb, help=help_text, description=help_text)
+        importlib.import_module(f"airflow_provider_kappa.cli.{verb}").add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``kappa`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(f"airflow_provider_kappa.cli.{args.verb}")
+    try:
+        return int(module.run(args))
+    except KappaError as e:
+        print(f"kappa {args.verb}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

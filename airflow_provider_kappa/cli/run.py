@@ -1,0 +1,38 @@
+"""``kappa run --config kappa.yaml``: the job live.
+
+Sources resolve to their ``selected`` candidate; an ``iceberg`` candidate runs in tail
+mode (following new snapshots), so the live path works locally without Kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from airflow_provider_kappa.config import load_config
+from airflow_provider_kappa.launch import live_conf, write_catalogs_file
+from airflow_provider_kappa.submit import submit
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``kappa run``."""
+    parser.add_argument("--config", required=True, help="path to the job's kappa.yaml")
+    parser.add_argument("--checkpoint", help="checkpoint folder (default <checkpoint_root>/<job>/live)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the job live until it is stopped or fails."""
+    cfg = load_config(args.config)
+    checkpoint = args.checkpoint or f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}/live"
+    private = Path(checkpoint) / "_kappa"
+    catalogs_file = write_catalogs_file(cfg, private / "catalogs.json")
+    conf = live_conf(cfg, catalogs_file, checkpoint)
+    print(f"kappa run: {cfg.job.name} live on {cfg.job.master}, checkpoint {checkpoint}")
+    submit(
+        cfg.job.application,
+        conf,
+        properties_file=private / "spark.properties",
+        name=f"kappa-{cfg.job.name}-live",
+        master=cfg.job.master,
+    )
+    return 0
