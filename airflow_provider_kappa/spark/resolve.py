@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.datasource import SHORT_NAME, KappaIcebergDataSource
 from airflow_provider_kappa.spark.settings import (
     AVAILABLE_NOW,
@@ -101,7 +102,16 @@ def read_source(spark: SparkSession, name: str) -> DataFrame:
     if isinstance(src, IcebergSourceSettings):
         _register(spark)
         return spark.readStream.format(SHORT_NAME).options(**iceberg_source_options(settings, src)).load()
-    df = spark.readStream.format("kafka").options(**kafka_source_options(src)).load()
+    try:
+        df = spark.readStream.format("kafka").options(**kafka_source_options(src)).load()
+    except Exception as e:
+        if "kafka" in str(e).lower() and "find" in str(e).lower():
+            raise KappaConfigError(
+                f"source {name!r} (candidate {src.candidate!r}) is type 'kafka', but this Spark has no Kafka "
+                "connector: add the org.apache.spark:spark-sql-kafka-0-10 package matching your Spark version "
+                "(spark.jars.packages), or select an iceberg candidate"
+            ) from e
+        raise
     return parse_kafka_value(df, src)
 
 
