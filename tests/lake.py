@@ -41,3 +41,58 @@ def event(i: int, ingestion: datetime, *, account: int = 1, show: int = 1, delay
         "event_ts": ingestion - delay,
         "ingestion_ts": ingestion,
     }
+
+
+def summary_arrow() -> Any:
+    """Arrow schema of the test sink table (an RMI-like summary per 5-minute window)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("window_start", pa.timestamp("us", tz="UTC")),
+            ("window_end", pa.timestamp("us", tz="UTC")),
+            ("show_id", pa.int64()),
+            ("attributed_plays", pa.int64()),
+        ]
+    )
+
+
+def create_summary_table(catalog: Any, identifier: str, *, partitioned: bool = True) -> Any:
+    """Create a sink target like prod.impression_play_summary, partitioned by ``hour(window_start)``."""
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import HourTransform
+    from pyiceberg.types import LongType, NestedField, TimestamptzType
+
+    schema = Schema(
+        NestedField(1, "window_start", TimestamptzType(), required=False),
+        NestedField(2, "window_end", TimestamptzType(), required=False),
+        NestedField(3, "show_id", LongType(), required=False),
+        NestedField(4, "attributed_plays", LongType(), required=False),
+    )
+    spec = (
+        PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=HourTransform(), name="window_hour"))
+        if partitioned
+        else UNPARTITIONED_PARTITION_SPEC
+    )
+    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
+    return catalog.create_table(identifier, schema=schema, partition_spec=spec)
+
+
+def summary_row(minute: int, show: int, plays: int) -> dict[str, Any]:
+    """One summary row whose 5-minute window starts ``minute`` minutes after T0."""
+    start = T0 + timedelta(minutes=minute)
+    return {"window_start": start, "window_end": start + timedelta(minutes=5), "show_id": show, "attributed_plays": plays}
+
+
+def summary_table(rows: Iterable[dict[str, Any]]) -> Any:
+    """Rows as a pyarrow Table with :func:`summary_arrow`."""
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(list(rows), schema=summary_arrow())
+
+
+def sorted_rows(table: Any) -> list[tuple[Any, ...]]:
+    """All rows of a pyarrow Table (or a pyiceberg table, read at its current snapshot), sorted."""
+    arrow = table.scan().to_arrow() if hasattr(table, "scan") else table
+    return sorted((tuple(r.values()) for r in arrow.to_pylist()), key=repr)

@@ -1,0 +1,173 @@
+"""Staging tables of a backfill: one Iceberg table per (target, backfill, slice).
+
+A slice run writes its output to its own staging table, created with the target's
+schema, partition spec and sort order. Clearing a slice drops (purges) and recreates
+that table, so rerunning a slice any number of times leaves exactly what one clean run
+leaves. Validate and publish read the union of a backfill's slice tables.
+
+Names: ``<namespace>.<target>__<backfill>_<hash8>__<slice>``, each part lower-cased and
+reduced to ``[a-z0-9_]`` (runs of ``_`` collapsed, so ``__`` only separates parts). The
+8-hex hash is of the raw target and backfill id: two backfills whose sanitized names
+collide still get different tables, and listing a backfill's tables is an exact prefix
+match.
+
+pyiceberg only: no Spark, no Airflow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import TYPE_CHECKING
+
+from airflow_provider_kappa.exceptions import KappaSinkError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+DEFAULT_NAMESPACE = "kappa_staging"
+TARGET_PROPERTY = "kappa.target-table"
+_SEP = "__"
+
+
+def _sanitize(value: str, what: str) -> str:
+    text = re.sub(r"[^a-z0-9]+", "_", value.lower()).strip("_")
+    if not text:
+        raise KappaSinkError(f"staging: {what} {value!r} has no letters or digits; expected a name such as 'prod.summary'")
+    return text
+
+
+def _prefix(target_table: str, backfill_id: str) -> str:
+    digest = hashlib.sha1(f"{target_table}\0{backfill_id}".encode()).hexdigest()[:8]
+    return f"{_sanitize(target_table, 'target table')}{_SEP}{_sanitize(backfill_id, 'backfill id')}_{digest}{_SEP}"
+
+
+def _check_namespace(namespace: str) -> str:
+    if not re.fullmatch(r"[a-z0-9_]+", namespace):
+        raise KappaSinkError(f"staging namespace {namespace!r} must match [a-z0-9_]+ (e.g. 'kappa_staging')")
+    return namespace
+
+
+def staging_table_name(target_table: str, backfill_id: str, slice_id: str, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """The staging table identifier of one backfill slice.
+
+    :param target_table: the sink's target table, ``namespace.table``.
+    :param backfill_id: the backfill's id.
+    :param slice_id: the slice's id (unique within the backfill).
+    :param namespace: namespace holding staging tables (the job's ``staging_namespace``).
+    :return: ``<namespace>.<target>__<backfill>_<hash8>__<slice>``, all in ``[a-z0-9_]``.
+    """
+    return f"{_check_namespace(namespace)}.{_prefix(target_table, backfill_id)}{_sanitize(slice_id, 'slice id')}"
+
+
+def ensure_staging_table(catalog: Catalog, target_table: str, staging_table: str) -> Table:
+    """Return the staging table, creating it (and its namespace) like the target if absent.
+
+    :param catalog: the pyiceberg catalog holding both tables.
+    :param target_table: the sink's target table; its schema, partition spec, sort order
+        and format version are copied.
+    :param staging_table: the staging identifier (see :func:`staging_table_name`).
+    :raises KappaSinkError: if the target does not exist, or the staging table exists with
+        another schema or partition spec (clear the slice to recreate it).
+    """
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        target = catalog.load_table(target_table)
+    except NoSuchTableError as e:
+        raise KappaSinkError(
+            f"staging: target table {target_table!r} does not exist in catalog {catalog.name!r}; "
+            "a backfill stages output shaped like an existing target"
+        ) from e
+    namespace = staging_table.rsplit(".", 1)[0]
+    catalog.create_namespace_if_not_exists(namespace)
+    try:
+        staged = catalog.load_table(staging_table)
+    except NoSuchTableError:
+        return catalog.create_table_if_not_exists(
+            staging_table,
+            schema=target.schema(),
+            partition_spec=target.spec(),
+            sort_order=target.sort_order(),
+            properties={
+                "format-version": str(target.format_version),
+                TARGET_PROPERTY: target_table,
+            },
+        )
+    if not _same_shape(staged, target):
+        raise KappaSinkError(
+            f"staging table {staging_table!r} has schema {staged.schema()} / spec {staged.spec()}, "
+            f"but target {target_table!r} has {target.schema()} / {target.spec()}; clear the slice to recreate it"
+        )
+    return staged
+
+
+def _same_shape(staged: Table, target: Table) -> bool:
+    def fields(t: Table) -> list[tuple[str, str, bool]]:
+        return [(f.name, str(f.field_type), f.required) for f in t.schema().fields]
+
+    def spec(t: Table) -> list[tuple[str, str, str]]:
+        schema = t.schema()
+        return [(schema.find_column_name(f.source_id) or "", str(f.transform), f.name) for f in t.spec().fields]
+
+    return fields(staged) == fields(target) and spec(staged) == spec(target)
+
+
+def clear_slice(catalog: Catalog, target_table: str, staging_table: str) -> None:
+    """Remove whatever an earlier attempt of a slice staged: purge its table and recreate it empty.
+
+    Idempotent; works when the staging table does not exist yet.
+
+    :param catalog: the pyiceberg catalog.
+    :param target_table: the sink's target table (the shape to recreate).
+    :param staging_table: the slice's staging table.
+    """
+    _purge_if_exists(catalog, staging_table)
+    ensure_staging_table(catalog, target_table, staging_table)
+
+
+def _purge_if_exists(catalog: Catalog, identifier: str) -> bool:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        catalog.purge_table(identifier)
+    except NoSuchTableError:
+        return False
+    return True
+
+
+def staging_tables(catalog: Catalog, target_table: str, backfill_id: str, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+    """Every slice staging table of one backfill of ``target_table``, from the catalog listing.
+
+    :param catalog: the pyiceberg catalog.
+    :param target_table: the sink's target table.
+    :param backfill_id: the backfill's id.
+    :param namespace: the staging namespace.
+    :return: identifiers ``namespace.table``, sorted; empty if the namespace does not exist.
+    """
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    prefix = _prefix(target_table, backfill_id)
+    try:
+        listed = catalog.list_tables(_check_namespace(namespace))
+    except NoSuchNamespaceError:
+        return []
+    names = [ident[-1] for ident in listed]
+    return sorted(f"{namespace}.{n}" for n in names if n.startswith(prefix) and _SEP not in n[len(prefix) :])
+
+
+def drop_staging(catalog: Catalog, target_table: str, backfill_id: str, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+    """Purge every staging table of a backfill (after a successful publish).
+
+    :param catalog: the pyiceberg catalog.
+    :param target_table: the sink's target table.
+    :param backfill_id: the backfill's id.
+    :param namespace: the staging namespace.
+    :return: the identifiers dropped.
+    """
+    dropped = []
+    for identifier in staging_tables(catalog, target_table, backfill_id, namespace):
+        if _purge_if_exists(catalog, identifier):
+            dropped.append(identifier)
+    return dropped

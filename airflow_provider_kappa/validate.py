@@ -1,0 +1,395 @@
+"""Staged backfill output vs the target's current rows for a window: a multiset comparison.
+
+Both sides are read with pyiceberg for ``time_column`` in ``[start, end)`` and compared as
+multisets of full rows (every column, nulls equal to nulls) with one pyarrow ``group_by``
+over the concatenation of the two sides: a row value staged ``s`` times and present ``t``
+times in the target contributes ``min(s, t)`` matched rows.
+
+``match_rate`` = matched rows / max(staged rows, target rows) * 100. When both sides are
+empty it is 100.0 and ``empty`` is True (nothing to compare is not a disagreement, but a
+caller may want to refuse it). No Spark, no Airflow.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, time
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Iterable
+
+from airflow_provider_kappa.exceptions import KappaSinkError, KappaValidationError
+from airflow_provider_kappa.timeparse import parse_timestamp
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+_STAGED = "__kappa_staged"
+_TARGET = "__kappa_target"
+
+
+@dataclass
+class HourCounts:
+    """Rows per hour of ``time_column`` on both sides."""
+
+    hour: str
+    staged: int
+    target: int
+
+
+@dataclass
+class ValidationReport:
+    """The comparison of staged rows with the target's rows for one window.
+
+    ``match_rate`` is a percentage: matched rows (multiset intersection) / max(staged_rows,
+    target_rows) * 100; 100.0 with ``empty=True`` when both sides are empty.
+    ``staged_outside_window`` counts staged rows outside ``[start, end)`` (publish refuses them).
+    """
+
+    target_table: str
+    staging_tables: list[str]
+    time_column: str
+    window_start: str
+    window_end: str
+    staged_rows: int
+    target_rows: int
+    matched_rows: int
+    match_rate: float
+    empty: bool
+    only_staged_rows: int
+    only_target_rows: int
+    staged_outside_window: int
+    per_hour: list[HourCounts] = field(default_factory=list)
+    only_staged_sample: list[dict[str, Any]] = field(default_factory=list)
+    only_target_sample: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-safe Python values."""
+        return _jsonable(asdict(self))  # type: ignore[no-any-return]
+
+    def to_json(self) -> str:
+        """The report as JSON (for XCom, files and machines)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def to_text(self) -> str:
+        """A short human report: counts, match rate, hours that differ, a few differing rows."""
+        lines = [
+            f"validation of {self.target_table} window [{self.window_start}, {self.window_end}) on {self.time_column}",
+            f"  staged rows   {self.staged_rows:>10}   ({len(self.staging_tables)} staging table(s))",
+            f"  target rows   {self.target_rows:>10}",
+            f"  matched rows  {self.matched_rows:>10}",
+            f"  match rate    {self.match_rate:>10.3f} %" + ("   (both sides empty)" if self.empty else ""),
+            f"  only staged   {self.only_staged_rows:>10}",
+            f"  only target   {self.only_target_rows:>10}",
+        ]
+        if self.staged_outside_window:
+            lines.append(f"  staged rows outside the window: {self.staged_outside_window} (publish refuses them)")
+        differing = [h for h in self.per_hour if h.staged != h.target]
+        lines.append(f"  hours: {len(self.per_hour)}, differing: {len(differing)}")
+        for h in differing[:24]:
+            lines.append(f"    {h.hour}  staged {h.staged:>8}  target {h.target:>8}  diff {h.staged - h.target:+d}")
+        for title, rows in (("only in staged", self.only_staged_sample), ("only in target", self.only_target_sample)):
+            if rows:
+                lines.append(f"  sample {title}:")
+                lines.extend(f"    {json.dumps(_jsonable(r), sort_keys=True)}" for r in rows)
+        return "\n".join(lines)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def check_min_match(report: ValidationReport, min_match: float) -> None:
+    """The publish gate: raise unless the report's match rate reaches ``min_match``.
+
+    :param report: the validation report of the window.
+    :param min_match: the lowest acceptable match rate, in percent (0..100).
+    :raises KappaValidationError: when ``report.match_rate < min_match``, with the numbers.
+    """
+    if not 0.0 <= min_match <= 100.0:
+        raise KappaValidationError(f"min_match: {min_match!r} must be a percentage between 0 and 100")
+    if report.match_rate < min_match:
+        raise KappaValidationError(
+            f"validation of {report.target_table} [{report.window_start}, {report.window_end}): match rate "
+            f"{report.match_rate:.3f}% is below min_match {min_match}% (staged {report.staged_rows}, "
+            f"target {report.target_rows}, matched {report.matched_rows}); the target was not changed"
+        )
+
+
+def window_filter(schema: Schema, time_column: str, start: datetime, end: datetime) -> BooleanExpression:
+    """The pyiceberg row filter ``start <= time_column < end``.
+
+    :param schema: the table's schema (decides how the bounds are written as literals).
+    :param time_column: a ``timestamptz``, ``timestamp`` or ``date`` column.
+    :param start: window start, offset-aware.
+    :param end: window end, offset-aware, after ``start``.
+    :raises KappaSinkError: if the column is missing or not a time column.
+    """
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+    from pyiceberg.types import DateType, TimestampType, TimestamptzType
+
+    lo, hi = parse_timestamp(start, "window start"), parse_timestamp(end, "window end")
+    if hi <= lo:
+        raise KappaSinkError(f"window end {hi.isoformat()} must be after window start {lo.isoformat()}")
+    found = schema.find_field(time_column) if time_column in schema.column_names else None
+    if found is None:
+        raise KappaSinkError(f"time_column {time_column!r} is not a column of the table; columns: {schema.column_names}")
+    ftype = found.field_type
+    if isinstance(ftype, TimestamptzType):
+        bounds = (lo.isoformat(), hi.isoformat())
+    elif isinstance(ftype, TimestampType):
+        bounds = (lo.replace(tzinfo=None).isoformat(), hi.replace(tzinfo=None).isoformat())
+    elif isinstance(ftype, DateType):
+        bounds = (lo.date().isoformat(), hi.date().isoformat())
+    else:
+        raise KappaSinkError(f"time_column {time_column!r} has type {ftype}; expected timestamptz, timestamp or date")
+    # pyiceberg's predicates take (term, literal) positionally; their pydantic signature hides it from mypy
+    lower = GreaterThanOrEqual(time_column, bounds[0])  # type: ignore[call-arg, arg-type]
+    upper = LessThan(time_column, bounds[1])  # type: ignore[call-arg, arg-type]
+    return And(lower, upper)
+
+
+def read_window(table: Table, time_column: str, start: datetime, end: datetime) -> pa.Table:
+    """Rows of ``table`` with ``time_column`` in ``[start, end)``, at its current snapshot.
+
+    :param table: a pyiceberg table.
+    :param time_column: the window column.
+    :param start: window start (aware).
+    :param end: window end (aware).
+    """
+    return table.scan(row_filter=window_filter(table.schema(), time_column, start, end)).to_arrow()
+
+
+def in_window_mask(rows: pa.Table, time_column: str, start: datetime, end: datetime) -> pa.ChunkedArray:
+    """Boolean mask of ``rows`` whose ``time_column`` is in ``[start, end)`` (null is outside).
+
+    :param rows: Arrow rows with a timestamp (with or without zone) or date ``time_column``.
+    :param time_column: the window column.
+    :param start: window start (aware).
+    :param end: window end (aware).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lo, hi = parse_timestamp(start, "window start"), parse_timestamp(end, "window end")
+    column = rows[time_column]
+    ctype = column.type
+    if pa.types.is_timestamp(ctype):
+        if ctype.tz is None:
+            lo, hi = lo.replace(tzinfo=None), hi.replace(tzinfo=None)
+        bounds = pa.scalar(lo, type=ctype), pa.scalar(hi, type=ctype)
+    elif pa.types.is_date(ctype):
+        bounds = pa.scalar(lo.date(), type=ctype), pa.scalar(hi.date(), type=ctype)
+    else:
+        raise KappaSinkError(f"time_column {time_column!r} has Arrow type {ctype}; expected a timestamp or date")
+    mask = pc.and_(pc.greater_equal(column, bounds[0]), pc.less(column, bounds[1]))
+    return pc.fill_null(mask, False)
+
+
+def read_staged(catalog: Catalog, staging: Iterable[str], schema: pa.Schema, row_filter: BooleanExpression | None = None) -> pa.Table:
+    """The union of the staging tables' rows (optionally filtered), cast to ``schema``.
+
+    :param catalog: the pyiceberg catalog.
+    :param staging: staging table identifiers.
+    :param schema: the target's Arrow schema (column order and types of the result).
+    :param row_filter: a pyiceberg row filter, or None for every row.
+    """
+    import pyarrow as pa
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.exceptions import NoSuchTableError
+
+    parts = [schema.empty_table()]
+    for identifier in staging:
+        try:
+            table = catalog.load_table(identifier)
+        except NoSuchTableError as e:
+            raise KappaSinkError(f"staging table {identifier!r} does not exist in catalog {catalog.name!r}") from e
+        rows = table.scan(row_filter=row_filter or AlwaysTrue()).to_arrow()
+        try:
+            parts.append(rows.select(schema.names).cast(schema))
+        except (KeyError, ValueError, pa.ArrowInvalid) as e:
+            raise KappaSinkError(
+                f"staging table {identifier!r} has schema {rows.schema}, which does not match the target's {schema}"
+            ) from e
+    return pa.concat_tables(parts)
+
+
+def _row_keys(table: pa.Table) -> pa.Table:
+    """``table`` with nested columns (struct/list/map, not groupable) replaced by their JSON text."""
+    import pyarrow as pa
+
+    cols = []
+    for name, column in zip(table.column_names, table.columns):
+        if pa.types.is_nested(column.type):
+            text = [None if v is None else json.dumps(_jsonable(v), sort_keys=True) for v in column.to_pylist()]
+            cols.append(pa.array(text, pa.string()))
+        else:
+            cols.append(column)
+    return pa.table(cols, names=table.column_names)
+
+
+def compare_rows(staged: pa.Table, target: pa.Table, sample: int) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int]:
+    """Multiset comparison of two tables with the same columns.
+
+    :return: (matched rows, sample only in staged, sample only in target,
+        rows only in staged, rows only in target).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = staged.column_names
+    left = _row_keys(staged).append_column(_STAGED, pa.repeat(1, staged.num_rows).cast(pa.int64()))
+    left = left.append_column(_TARGET, pa.repeat(0, staged.num_rows).cast(pa.int64()))
+    right = _row_keys(target).append_column(_STAGED, pa.repeat(0, target.num_rows).cast(pa.int64()))
+    right = right.append_column(_TARGET, pa.repeat(1, target.num_rows).cast(pa.int64()))
+    both = pa.concat_tables([left, right.cast(left.schema)])
+    if both.num_rows == 0:
+        return 0, [], [], 0, 0
+    grouped = both.group_by(keys, use_threads=False).aggregate([(_STAGED, "sum"), (_TARGET, "sum")])
+    s, t = grouped[f"{_STAGED}_sum"], grouped[f"{_TARGET}_sum"]
+    matched = int(pc.sum(pc.min_element_wise(s, t)).as_py() or 0)
+    excess_staged = pc.subtract(s, t)
+    only_staged = grouped.filter(pc.greater(excess_staged, 0))
+    only_target = grouped.filter(pc.less(excess_staged, 0))
+
+    def sample_of(rows: pa.Table, mine: str, other: str) -> list[dict[str, Any]]:
+        out = []
+        for r in rows.slice(0, sample).to_pylist():
+            extra = r.pop(f"{mine}_sum") - r.pop(f"{other}_sum")
+            out.append({**r, "_count": extra})
+        return out
+
+    n_staged = int(pc.sum(pc.subtract(only_staged[f"{_STAGED}_sum"], only_staged[f"{_TARGET}_sum"])).as_py() or 0)
+    n_target = int(pc.sum(pc.subtract(only_target[f"{_TARGET}_sum"], only_target[f"{_STAGED}_sum"])).as_py() or 0)
+    return (
+        matched,
+        sample_of(only_staged, _STAGED, _TARGET),
+        sample_of(only_target, _TARGET, _STAGED),
+        n_staged,
+        n_target,
+    )
+
+
+def hourly_counts(staged: pa.Table, target: pa.Table, time_column: str) -> list[HourCounts]:
+    """Rows per hour of ``time_column`` (UTC) on both sides, hours in order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def per_hour(rows: pa.Table) -> dict[str, int]:
+        if rows.num_rows == 0:
+            return {}
+        column = rows[time_column]
+        if pa.types.is_date(column.type):
+            column = column.cast(pa.timestamp("us"))
+        hours = pa.table({"h": pc.floor_temporal(column, unit="hour")})
+        counted = hours.group_by(["h"], use_threads=False).aggregate([([], "count_all")])
+        out = {}
+        for h, n in zip(counted["h"].to_pylist(), counted["count_all"].to_pylist()):
+            out["null" if h is None else h.isoformat()] = int(n)
+        return out
+
+    s, t = per_hour(staged), per_hour(target)
+    return [HourCounts(hour=h, staged=s.get(h, 0), target=t.get(h, 0)) for h in sorted(set(s) | set(t))]
+
+
+def build_report(
+    *,
+    target_table: str,
+    staging: list[str],
+    time_column: str,
+    start: datetime,
+    end: datetime,
+    staged: pa.Table,
+    target: pa.Table,
+    staged_outside_window: int = 0,
+    sample: int = 5,
+) -> ValidationReport:
+    """A :class:`ValidationReport` from rows already read (both sides already windowed).
+
+    :param target_table: target identifier (for the report).
+    :param staging: staging identifiers (for the report).
+    :param time_column: the window column.
+    :param start: window start.
+    :param end: window end.
+    :param staged: staged rows in the window.
+    :param target: target rows in the window, same columns as ``staged``.
+    :param staged_outside_window: staged rows found outside the window.
+    :param sample: how many differing rows to keep per side.
+    """
+    matched, only_s, only_t, n_only_s, n_only_t = compare_rows(staged, target, sample)
+    denominator = max(staged.num_rows, target.num_rows)
+    empty = denominator == 0
+    return ValidationReport(
+        target_table=target_table,
+        staging_tables=list(staging),
+        time_column=time_column,
+        window_start=parse_timestamp(start, "window start").isoformat(),
+        window_end=parse_timestamp(end, "window end").isoformat(),
+        staged_rows=staged.num_rows,
+        target_rows=target.num_rows,
+        matched_rows=matched,
+        match_rate=100.0 if empty else matched * 100.0 / denominator,
+        empty=empty,
+        only_staged_rows=n_only_s,
+        only_target_rows=n_only_t,
+        staged_outside_window=staged_outside_window,
+        per_hour=hourly_counts(staged, target, time_column),
+        only_staged_sample=only_s,
+        only_target_sample=only_t,
+    )
+
+
+def validate_window(
+    catalog: Catalog,
+    target_table: str,
+    staging: list[str],
+    time_column: str,
+    start: datetime,
+    end: datetime,
+    sample: int = 5,
+) -> ValidationReport:
+    """Compare a backfill's staged rows with the target's current rows for ``[start, end)``.
+
+    :param catalog: the pyiceberg catalog holding target and staging tables.
+    :param target_table: the sink's target table.
+    :param staging: the backfill's staging tables (see :func:`staging.staging_tables`).
+    :param time_column: the sink's ``time_column``.
+    :param start: window start (aware).
+    :param end: window end (aware).
+    :param sample: how many rows only in staged / only in target to include.
+    :raises KappaSinkError: if a table is missing or a staging table does not match the target.
+    """
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        target = catalog.load_table(target_table)
+    except NoSuchTableError as e:
+        raise KappaSinkError(f"validate: target table {target_table!r} does not exist in catalog {catalog.name!r}") from e
+    target_rows = read_window(target, time_column, start, end)
+    staged_all = read_staged(catalog, staging, target_rows.schema)
+    staged_rows = staged_all.filter(in_window_mask(staged_all, time_column, start, end))
+    return build_report(
+        target_table=target_table,
+        staging=staging,
+        time_column=time_column,
+        start=start,
+        end=end,
+        staged=staged_rows,
+        target=target_rows,
+        staged_outside_window=staged_all.num_rows - staged_rows.num_rows,
+        sample=sample,
+    )
