@@ -1,0 +1,409 @@
+"""The backfill steps as plain functions: snapshot, plan, slice run, validate, publish.
+
+The Airflow operators and ``kappa backfill`` both call these (one code path). No Airflow
+import here; pyiceberg is imported by the helpers it calls, inside functions.
+
+Credentials: catalog properties are read only to open catalogs in this process and to write
+the 0600 catalogs file of a slice run (:func:`airflow_provider_kappa.launch.write_catalogs_file`),
+in a private temporary folder removed after the run. Return values (XCom) hold ids, times,
+counts and table names only.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from airflow_provider_kappa.checkpoints import CheckpointStore, backfill_root
+from airflow_provider_kappa.config import IcebergSinkConfig, IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.exceptions import KappaSourceError, KappaValidationError
+from airflow_provider_kappa.params import SEQUENTIAL, BackfillParams, backfill_id, parse_params
+from airflow_provider_kappa.planner import BackfillPlan, SlicePlan, plan_backfill, slice_id
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from airflow_provider_kappa.publish import PublishResult
+    from airflow_provider_kappa.validate import ValidationReport
+
+log = logging.getLogger(__name__)
+
+CatalogFor = Callable[[str], "Catalog"]
+#: Retention of the tag pinning a backfill's source snapshots.
+DEFAULT_TAG_RETENTION = timedelta(days=7)
+
+
+def job_catalogs(cfg: JobConfig) -> CatalogFor:
+    """A loader of the job's catalogs by name: inline properties, or an Airflow connection
+    (``conn_id``) through IcebergHook. Catalogs are cached per process.
+
+    :param cfg: the job config.
+    """
+    from airflow_provider_kappa.launch import catalog_properties
+    from airflow_provider_kappa.spark.catalog import load_catalog
+
+    def catalog_for(name: str) -> Catalog:
+        return load_catalog(name, catalog_properties(cfg, name))
+
+    return catalog_for
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """One backfill of a job: its config, validated parameters and id.
+
+    :param cfg: the job config.
+    :param params: validated parameters.
+    :param id: the deterministic backfill id.
+    :param catalog_for: opens a catalog of the job by name.
+    """
+
+    cfg: JobConfig
+    params: BackfillParams
+    id: str
+    catalog_for: CatalogFor
+
+    @classmethod
+    def create(cls, cfg: JobConfig, raw_params: Mapping[str, Any], catalog_for: CatalogFor | None = None) -> Backfill:
+        """Validate ``raw_params`` for ``cfg`` and derive the backfill id.
+
+        :param cfg: the job config.
+        :param raw_params: parameters (CLI flags, DAG params).
+        :param catalog_for: catalog loader (default :func:`job_catalogs`).
+        :raises KappaConfigError: for any bad parameter.
+        """
+        params = parse_params(cfg, raw_params)
+        return cls(cfg, params, backfill_id(cfg, params), catalog_for or job_catalogs(cfg))
+
+    @property
+    def tag(self) -> str:
+        """Name of the Iceberg tag pinning the source snapshots."""
+        return f"kappa-{self.id}"
+
+    def sources(self) -> dict[str, IcebergSourceConfig]:
+        """Job source name -> the iceberg candidate the backfill reads."""
+        out = {}
+        for name in self.params.sources:
+            src = self.cfg.resolve(name, backfill=True)
+            assert isinstance(src, IcebergSourceConfig)
+            out[name] = src
+        return out
+
+    def store(self) -> CheckpointStore:
+        """The backfill's checkpoint folders."""
+        return CheckpointStore(backfill_root(self.cfg.job.checkpoint_root, self.cfg.job.name, self.id))
+
+    def staging_table(self, sink: IcebergSinkConfig, slice_id: str) -> str:
+        """Staging table of ``sink`` for one slice."""
+        from airflow_provider_kappa.staging import staging_table_name
+
+        return staging_table_name(sink.table, self.id, slice_id, self.cfg.job.staging_namespace)
+
+    def staging_tables(self, sink: IcebergSinkConfig, plan: BackfillPlan) -> list[str]:
+        """Staging tables of ``sink`` for every slice of ``plan``, in slice order."""
+        return [self.staging_table(sink, s.slice_id) for s in plan.slices]
+
+
+# --------------------------------------------------------------------------- snapshot
+
+
+def snapshot(bf: Backfill, *, tag: bool = True, retention: timedelta = DEFAULT_TAG_RETENTION) -> dict[str, int]:
+    """Pin the current snapshot of every source table read, and tag it so that snapshot
+    expiry cannot remove it during the backfill. A rerun with the same parameters finds
+    its tag and reuses the snapshot it pins (its input does not change).
+
+    :param bf: the backfill.
+    :param tag: create/reuse the tag (``kappa plan`` passes ``False``: it writes nothing).
+    :param retention: ``max-ref-age`` of a new tag.
+    :returns: concrete source name -> snapshot id.
+    :raises KappaSourceError: a missing table, or a table without any snapshot (no data).
+    """
+    from airflow_provider_kappa.spark.catalog import load_table
+
+    pinned: dict[str, int] = {}
+    by_table: dict[tuple[str, str], int] = {}
+    for src in bf.sources().values():
+        key = (src.catalog, src.table)
+        if key in by_table:
+            pinned[src.name] = by_table[key]
+            continue
+        table = load_table(bf.catalog_for(src.catalog), src.table)
+        ref = table.metadata.refs.get(bf.tag)
+        if tag and ref is not None:
+            snap_id = ref.snapshot_id
+            log.info("source %s: reusing snapshot %s pinned by tag %s of %s", src.name, snap_id, bf.tag, src.table)
+        else:
+            current = table.current_snapshot()
+            if current is None:
+                raise KappaSourceError(
+                    f"source {src.name}: table {src.table!r} has no snapshot (it holds no data); nothing to backfill"
+                )
+            snap_id = current.snapshot_id
+            if tag:
+                _create_tag(table, snap_id, bf.tag, retention)
+                log.info("source %s: pinned snapshot %s of %s with tag %s", src.name, snap_id, src.table, bf.tag)
+        by_table[key] = pinned[src.name] = int(snap_id)
+    return pinned
+
+
+def _create_tag(table: Any, snapshot_id: int, name: str, retention: timedelta) -> None:
+    from pyiceberg.exceptions import CommitFailedException
+
+    try:
+        table.manage_snapshots().create_tag(
+            snapshot_id, name, max_ref_age_ms=int(retention.total_seconds() * 1000)
+        ).commit()
+    except CommitFailedException as e:  # another task created it first: reuse only if identical
+        table.refresh()
+        ref = table.metadata.refs.get(name)
+        if ref is None or ref.snapshot_id != snapshot_id:
+            raise KappaSourceError(f"tag {name!r} of {'.'.join(table.name())!r} could not be created: {e}") from e
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def spans_loader(bf: Backfill, snapshot_ids: Mapping[str, int]) -> Callable[[str, int | None, int | None], list[Any]]:
+    """``spans_of(concrete_source, start_micros, end_micros)`` for the planner, from manifests.
+
+    :param bf: the backfill.
+    :param snapshot_ids: concrete source name -> pinned snapshot id.
+    """
+    from airflow_provider_kappa.spark.catalog import load_table
+    from airflow_provider_kappa.spark.scan_plan import plan_files
+
+    concrete = {src.name: src for src in bf.sources().values()}
+
+    def spans_of(name: str, start: int | None, end: int | None) -> list[Any]:
+        src = concrete[name]
+        table = load_table(bf.catalog_for(src.catalog), src.table)
+        return plan_files(table, snapshot_ids.get(name), src.ingestion_column, start, end)
+
+    return spans_of
+
+
+def plan(bf: Backfill, snapshot_ids: Mapping[str, int]) -> BackfillPlan:
+    """Cut the backfill into slices and estimate each from manifests (see :mod:`.planner`).
+
+    :param bf: the backfill.
+    :param snapshot_ids: from :func:`snapshot`.
+    """
+    sources = {name: src.name for name, src in bf.sources().items()}
+    missing = sorted(set(sources.values()) - set(snapshot_ids))
+    if missing:
+        raise KappaSourceError(f"plan: no pinned snapshot for source(s) {missing}; got {dict(snapshot_ids)}")
+    return plan_backfill(bf.params, bf.id, snapshot_ids, sources, spans_loader(bf, snapshot_ids))
+
+
+# --------------------------------------------------------------------------- slice
+
+
+def next_slice_id(sp: SlicePlan) -> str | None:
+    """The id of the slice after ``sp``, ``None`` for the last one."""
+    return slice_id(sp.index + 1, sp.count) if sp.index + 1 < sp.count else None
+
+
+def slice_ready(bf: Backfill, sp: SlicePlan) -> bool:
+    """Whether ``sp`` may start: always in parallel mode; in sequential mode once the slice
+    before it has succeeded (the checkpoint at its start is kept)."""
+    return sp.mode != SEQUENTIAL or sp.index == 0 or bf.store().boundary_ready(sp.slice_id)
+
+
+def run_slice(
+    bf: Backfill,
+    sp: SlicePlan,
+    *,
+    spark_conn_id: str | None = None,
+    submit_fn: Callable[..., None] | None = None,
+) -> dict[str, Any]:
+    """Run one slice: clear its staging tables, prepare its checkpoint (sequential: restore the
+    checkpoint kept at its start; parallel: a fresh one), spark-submit the job's unchanged
+    application once with ``availableNow``, then keep the checkpoint for the next slice.
+
+    Rerunning a slice, after success or failure, leaves exactly what one clean run leaves.
+
+    :param bf: the backfill.
+    :param sp: the slice (from :func:`plan`).
+    :param spark_conn_id: Airflow Spark connection (default: the job's ``master`` in-process).
+    :param submit_fn: replaces :func:`airflow_provider_kappa.submit.submit` (tests).
+    :returns: the run's metrics (:class:`~airflow_provider_kappa.progress.SliceMetrics` as a dict)
+        with ``slice_id``.
+    """
+    from airflow_provider_kappa.launch import SliceRun, slice_conf, write_catalogs_file
+    from airflow_provider_kappa.progress import event_log_conf, read_progress, summarize
+    from airflow_provider_kappa.staging import clear_slice
+    from airflow_provider_kappa.submit import submit
+
+    if sp.backfill_id != bf.id:
+        raise KappaSourceError(
+            f"slice {sp.slice_id}: planned for backfill {sp.backfill_id!r}, but the parameters give {bf.id!r}; "
+            "re-plan after changing parameters"
+        )
+    store = bf.store()
+    nxt = next_slice_id(sp)
+    checkpoint = store.start_sequential(sp.slice_id, sp.index, nxt) if sp.mode == SEQUENTIAL else store.start_parallel(sp.slice_id)
+    staging = {}
+    for name, sink in bf.cfg.sinks.items():
+        staging[name] = bf.staging_table(sink, sp.slice_id)
+        clear_slice(bf.catalog_for(sink.catalog), sink.table, staging[name])
+    run = SliceRun(
+        backfill_id=bf.id,
+        slice_id=sp.slice_id,
+        read_start=sp.read_start,
+        read_end=sp.read_end,
+        owns_start=sp.owns_start,
+        owns_end=sp.owns_end,
+        max_misalignment_threshold=bf.params.max_misalignment_threshold,
+        snapshot_ids=dict(sp.snapshot_ids),
+        staging_tables=staging,
+        checkpoint=checkpoint,
+        sources=bf.params.sources,
+    )
+    catalogs = sorted({s.catalog for s in bf.sources().values()} | {k.catalog for k in bf.cfg.sinks.values()})
+    log.info(
+        "slice %s (%d/%d, %s): reads [%s, %s), owns [%s, %s), checkpoint %s, staging %s",
+        sp.slice_id, sp.index + 1, sp.count, sp.mode, sp.read_start.isoformat(), sp.read_end.isoformat(),
+        sp.owns_start.isoformat(), sp.owns_end.isoformat(), checkpoint, sorted(staging.values()),
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix=f"kappa-{sp.slice_id}-") as work:
+        private = Path(work)
+        catalogs_file = write_catalogs_file(bf.cfg, private / "catalogs.json", catalogs)
+        conf = slice_conf(bf.cfg, run, catalogs_file)
+        events = private / "eventlog"
+        events.mkdir()
+        conf.update(event_log_conf(events))
+        began = time.monotonic()
+        (submit_fn or submit)(
+            bf.cfg.job.application,
+            conf,
+            properties_file=private / "spark.properties",
+            name=f"kappa-{bf.cfg.job.name}-{bf.id}-{sp.slice_id}",
+            master=bf.cfg.job.master,
+            conn_id=spark_conn_id,
+        )
+        metrics = summarize(read_progress(events), time.monotonic() - began)
+    result = {"slice_id": sp.slice_id, **metrics.to_dict()}
+    if sp.mode == SEQUENTIAL:
+        store.finish_sequential(sp.slice_id, nxt, result)
+    else:
+        store.finish_parallel(sp.slice_id, result)
+    log.info("slice %s done: %s", sp.slice_id, metrics.to_text())
+    return result
+
+
+# --------------------------------------------------------------------------- validate / publish
+
+
+def validate(bf: Backfill, plan: BackfillPlan) -> dict[str, ValidationReport]:
+    """Compare every sink's staged rows with its target's current rows over the window.
+
+    :param bf: the backfill.
+    :param plan: the plan whose slices staged the rows.
+    :returns: sink name -> report.
+    """
+    from airflow_provider_kappa.validate import validate_window
+
+    return {
+        name: validate_window(
+            bf.catalog_for(sink.catalog),
+            sink.table,
+            bf.staging_tables(sink, plan),
+            sink.time_column,
+            bf.params.start,
+            bf.params.end,
+        )
+        for name, sink in bf.cfg.sinks.items()
+    }
+
+
+def check_gate(bf: Backfill, reports: Mapping[str, ValidationReport]) -> None:
+    """Refuse to go on when a sink's match rate is below ``min_match``, or when a publish would
+    replace a non-empty window of the target with nothing (say so rather than silently empty it).
+
+    :param bf: the backfill.
+    :param reports: from :func:`validate`.
+    :raises KappaValidationError: naming the sink and the numbers.
+    """
+    from airflow_provider_kappa.validate import check_min_match
+
+    for name, report in reports.items():
+        if bf.params.min_match > 0:
+            check_min_match(report, bf.params.min_match)
+        if report.staged_rows == 0 and report.target_rows > 0:
+            raise KappaValidationError(
+                f"sink {name}: the backfill staged no rows for [{report.window_start}, {report.window_end}) but "
+                f"{report.target_table} holds {report.target_rows} there; refusing to replace the window with nothing "
+                "(check the window and the source data)"
+            )
+
+
+def publish(bf: Backfill, plan: BackfillPlan) -> dict[str, PublishResult]:
+    """Replace every sink's window with its staged rows, one atomic Iceberg commit per sink.
+
+    :param bf: the backfill.
+    :param plan: the plan whose slices staged the rows.
+    :returns: sink name -> result.
+    """
+    from airflow_provider_kappa.publish import publish_window
+
+    results = {}
+    for name, sink in bf.cfg.sinks.items():
+        results[name] = publish_window(
+            bf.catalog_for(sink.catalog),
+            sink.table,
+            bf.staging_tables(sink, plan),
+            sink.time_column,
+            bf.params.start,
+            bf.params.end,
+            snapshot_properties={"kappa.backfill-id": bf.id},
+        )
+        log.info("sink %s: published %s", name, results[name])
+    return results
+
+
+def summary(
+    bf: Backfill,
+    plan: BackfillPlan,
+    slice_results: Sequence[Mapping[str, Any]],
+    reports: Mapping[str, Mapping[str, Any]] | None = None,
+    published: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
+    """A few lines summing up a backfill: slices, rows, throughput, match rate, publish.
+
+    :param bf: the backfill.
+    :param plan: its plan.
+    :param slice_results: metrics of every slice run (:func:`run_slice` results).
+    :param reports: sink -> validation report as a dict (``ValidationReport.to_dict``).
+    :param published: sink -> publish result as a dict.
+    """
+    rows = sum(int(r.get("rows_read", 0)) for r in slice_results)
+    batches = sum(int(r.get("batches", 0)) for r in slice_results)
+    seconds = sum(float(r.get("seconds", 0.0)) for r in slice_results)
+    p = bf.params
+    lines = [
+        f"backfill {bf.id} of job {bf.cfg.job.name}: window [{p.start.isoformat()}, {p.end.isoformat()}), "
+        f"mode {p.mode}, slice {p.to_dict()['slice']}",
+        f"  slices run {len(slice_results)}/{len(plan.slices)}, rows read {rows}, micro-batches {batches}, "
+        f"spark time {seconds:.1f}s, throughput {rows / seconds if seconds else 0.0:.0f} rows/s",
+    ]
+    for name, rep in (reports or {}).items():
+        lines.append(
+            f"  sink {name}: match rate {float(rep['match_rate']):.3f}% (staged {rep['staged_rows']}, "
+            f"target {rep['target_rows']}, matched {rep['matched_rows']})"
+        )
+    if published:
+        for name, res in published.items():
+            lines.append(
+                f"  sink {name}: published snapshot {res.get('snapshot_id')}: {res.get('rows_deleted')} rows replaced "
+                f"by {res.get('rows_added')} ({res.get('attempts')} commit attempt(s))"
+            )
+    elif p.dry_run:
+        lines.append("  dry run: nothing published; staged rows kept for inspection")
+    elif not p.publish:
+        lines.append("  publish off: nothing published; staged rows kept")
+    return "\n".join(lines)
