@@ -1,0 +1,710 @@
+"""The ``kappa_iceberg`` streaming reader: pinned, sliced, aligned, ordered reads of Iceberg.
+
+Two modes (option ``mode``):
+
+``bounded`` (backfill)
+    Reads one pinned snapshot, rows whose ingestion column lies in ``[read_start, read_end)``.
+    Offsets are ingestion-time positions ``{"pos": micros}``; a micro-batch reads ``[start.pos,
+    end.pos)``. Batch ends lie on a grid of multiples of ``max_misalignment_threshold`` from the
+    epoch; empty stretches (where no file of any aligned table may hold rows) are skipped inside
+    the batch that follows them, so every aligned source computes the same batch ends.
+
+``tail`` (live)
+    Follows the snapshots committed to the table. Offsets are ``{"snapshot_id", "sequence_number"}``
+    of the last snapshot read; a micro-batch reads every data file added by the snapshots after
+    its start offset, up to its end offset, whatever their ingestion times.
+
+How the code is hosted (PySpark 4.2): Spark runs the reader's offset methods (``initialOffset``,
+``latestOffset``, ``partitions``, ``commit``...) in ONE long-lived Python process on the driver
+per source and query, so the plan (manifests read once) is cached on the reader object there.
+The reader is also constructed and pickled for planning and for executors, where only
+:meth:`KappaIcebergStreamReader.read` runs: it uses nothing but the pickled partition
+(file paths, range, projected schema, FileIO properties). The cached plan is never pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
+from airflow_provider_kappa.spark import scan_plan
+from airflow_provider_kappa.spark.scan_plan import FileSpan, Presence, SpanIndex
+from airflow_provider_kappa.timeparse import parse_duration
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+    from pyiceberg.types import IcebergType
+
+log = logging.getLogger(__name__)
+
+BOUNDED = "bounded"
+TAIL = "tail"
+DEFAULT_THRESHOLD = "15min"
+#: FileIO property prefixes executors receive (never the catalog's own URI or credentials).
+FILE_IO_PREFIXES = ("s3.", "client.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "py-io-impl")
+_NO_SNAPSHOT = -1
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class AlignedTable:
+    """One iceberg source of the query that shares the admission grid."""
+
+    catalog: str
+    table: str
+    ingestion_column: str
+    snapshot_id: int | None = None
+    catalog_properties: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """The ``kappa_iceberg`` reader options, validated (see docs/source.md)."""
+
+    catalog: str
+    table: str
+    ingestion_column: str
+    mode: str = BOUNDED
+    snapshot_id: int | None = None
+    read_start_micros: int | None = None
+    read_end_micros: int | None = None
+    threshold_micros: int = 15 * 60 * 1_000_000
+    align_with: tuple[AlignedTable, ...] = ()
+    max_files: int | None = None
+    max_rows: int | None = None
+    max_bytes: int | None = None
+    min_partitions: int = 2
+    split_bytes: int = 64 * 1024 * 1024
+    starting: str = "earliest"
+    tail_non_append: str = "fail"
+
+    @staticmethod
+    def parse(options: Mapping[str, str]) -> ReaderOptions:
+        """Validate the reader options.
+
+        :param options: the options given to ``spark.readStream.format("kappa_iceberg")``.
+        :raises KappaConfigError: naming the option, the bad value and what is expected.
+        """
+        opts = {str(k): str(v) for k, v in options.items()}
+
+        def req(key: str) -> str:
+            value = opts.get(key, "").strip()
+            if not value:
+                raise KappaConfigError(f"kappa_iceberg: option {key!r} is required")
+            return value
+
+        def integer(key: str, minimum: int | None = None) -> int | None:
+            value = opts.get(key, "").strip()
+            if not value:
+                return None
+            try:
+                number = int(value)
+            except ValueError as e:
+                raise KappaConfigError(f"kappa_iceberg: option {key}={value!r} is not an integer") from e
+            if minimum is not None and number < minimum:
+                raise KappaConfigError(f"kappa_iceberg: option {key}={value!r} must be >= {minimum}")
+            return number
+
+        def choice(key: str, allowed: Sequence[str], default: str) -> str:
+            value = opts.get(key, "").strip() or default
+            if value not in allowed:
+                raise KappaConfigError(f"kappa_iceberg: option {key}={value!r}; allowed: {list(allowed)}")
+            return value
+
+        mode = choice("mode", (BOUNDED, TAIL), BOUNDED)
+        threshold = parse_duration(
+            opts.get("max_misalignment_threshold") or DEFAULT_THRESHOLD, "kappa_iceberg option max_misalignment_threshold"
+        )
+        threshold_micros = round(threshold.total_seconds() * 1_000_000)
+        start = integer("read_start_micros")
+        end = integer("read_end_micros")
+        if start is not None and end is not None and end <= start:
+            raise KappaConfigError(
+                f"kappa_iceberg: read_end_micros={end} must be greater than read_start_micros={start}"
+            )
+        limits = {k: integer(k, 1) for k in ("max_files_per_batch", "max_rows_per_batch", "max_bytes_per_batch")}
+        if sum(v is not None for v in limits.values()) > 1:
+            raise KappaConfigError(
+                "kappa_iceberg: set at most one of max_files_per_batch, max_rows_per_batch, max_bytes_per_batch "
+                f"(got {sorted(k for k, v in limits.items() if v is not None)})"
+            )
+        return ReaderOptions(
+            catalog=req("catalog"),
+            table=req("table"),
+            ingestion_column=req("ingestion_column"),
+            mode=mode,
+            snapshot_id=integer("snapshot_id"),
+            read_start_micros=start,
+            read_end_micros=end,
+            threshold_micros=threshold_micros,
+            align_with=_parse_align_with(opts.get("align_with", "")),
+            max_files=limits["max_files_per_batch"],
+            max_rows=limits["max_rows_per_batch"],
+            max_bytes=limits["max_bytes_per_batch"],
+            min_partitions=integer("min_partitions", 1) or 2,
+            split_bytes=integer("split_bytes", 1) or 64 * 1024 * 1024,
+            starting=choice("starting", ("earliest", "latest"), "earliest"),
+            tail_non_append=choice("tail_non_append", ("fail", "skip"), "fail"),
+        )
+
+    def default_limit(self) -> ReadLimit:
+        """The :class:`ReadLimit` the options ask for (``ReadAllAvailable`` by default)."""
+        if self.max_files is not None:
+            return ReadMaxFiles(self.max_files)
+        if self.max_rows is not None:
+            return ReadMaxRows(self.max_rows)
+        if self.max_bytes is not None:
+            return ReadMaxBytes(self.max_bytes)
+        return ReadAllAvailable()
+
+
+def _parse_align_with(text: str) -> tuple[AlignedTable, ...]:
+    if not text.strip():
+        return ()
+    try:
+        items = json.loads(text)
+        if not isinstance(items, list):
+            raise ValueError("not a JSON list")
+        out = []
+        for item in items:
+            snap = item.get("snapshot_id")
+            out.append(
+                AlignedTable(
+                    catalog=str(item["catalog"]),
+                    table=str(item["table"]),
+                    ingestion_column=str(item["ingestion_column"]),
+                    snapshot_id=int(snap) if snap not in (None, "") else None,
+                    catalog_properties=item.get("catalog_properties"),
+                )
+            )
+        return tuple(out)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise KappaConfigError(
+            f"kappa_iceberg: option align_with={text!r} must be a JSON list of "
+            '{"catalog", "table", "ingestion_column", "snapshot_id"} objects'
+        ) from e
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def iceberg_to_spark(t: IcebergType, where: str) -> DataType:
+    """The Spark type of an Iceberg type (``timestamptz`` -> ``TimestampType``,
+    ``timestamp`` -> ``TimestampNTZType``, ``uuid``/``fixed``/``binary`` -> ``BinaryType``).
+
+    :param t: an Iceberg type.
+    :param where: the column path, for error messages.
+    :raises KappaSourceError: for types Spark cannot hold (``time``, nanosecond timestamps...).
+    """
+    from pyiceberg import types as it
+
+    simple: list[tuple[type, DataType]] = [
+        (it.BooleanType, BooleanType()),
+        (it.IntegerType, IntegerType()),
+        (it.LongType, LongType()),
+        (it.FloatType, FloatType()),
+        (it.DoubleType, DoubleType()),
+        (it.DateType, DateType()),
+        (it.TimestamptzType, TimestampType()),
+        (it.TimestampType, TimestampNTZType()),
+        (it.StringType, StringType()),
+        (it.BinaryType, BinaryType()),
+        (it.FixedType, BinaryType()),
+        (it.UUIDType, BinaryType()),
+    ]
+    for cls, spark_type in simple:
+        if isinstance(t, cls):
+            return spark_type
+    if isinstance(t, it.DecimalType):
+        return DecimalType(t.precision, t.scale)
+    if isinstance(t, it.StructType):
+        return StructType(
+            [StructField(f.name, iceberg_to_spark(f.field_type, f"{where}.{f.name}"), not f.required) for f in t.fields]
+        )
+    if isinstance(t, it.ListType):
+        return ArrayType(iceberg_to_spark(t.element_type, f"{where}.element"), not t.element_required)
+    if isinstance(t, it.MapType):
+        return MapType(
+            iceberg_to_spark(t.key_type, f"{where}.key"),
+            iceberg_to_spark(t.value_type, f"{where}.value"),
+            not t.value_required,
+        )
+    raise KappaSourceError(f"column {where!r} has Iceberg type {t}, which kappa_iceberg cannot map to a Spark type")
+
+
+def schema_to_spark(schema: Schema) -> StructType:
+    """The Spark schema of an Iceberg schema (nullability from ``required``)."""
+    return StructType(
+        [StructField(f.name, iceberg_to_spark(f.field_type, f.name), not f.required) for f in schema.fields]
+    )
+
+
+def table_spark_schema(options: Mapping[str, str]) -> StructType:
+    """The Spark schema of the table a ``kappa_iceberg`` reader is pointed at: the pinned
+    snapshot's schema in bounded mode, the current schema in tail mode.
+
+    :param options: the reader options.
+    :raises KappaSourceError: missing table, unknown snapshot, bad ingestion column.
+    """
+    opts = ReaderOptions.parse(options)
+    table = _load_table(opts.catalog, opts.table, options)
+    snapshot = scan_plan.resolve_snapshot(table, opts.snapshot_id if opts.mode == BOUNDED else None)
+    schema = scan_plan.snapshot_schema(table, snapshot)
+    scan_plan.ingestion_field(schema, opts.ingestion_column, opts.table)
+    return schema_to_spark(schema)
+
+
+def check_job_schema(given: StructType, table_schema: StructType, table: str) -> None:
+    """Check a schema given by the job (``spark.readStream.schema(...)``) against the table:
+    every column must exist in the table with the same type (a subset is a projection).
+
+    :raises KappaSourceError: naming the column, its type and the table's.
+    """
+    by_name = {f.name: f for f in table_schema.fields}
+    for f in given.fields:
+        if f.name not in by_name:
+            raise KappaSourceError(
+                f"table {table!r}: the schema given by the job has column {f.name!r}, which the table does not "
+                f"have; table columns: {[x.name for x in table_schema.fields]}"
+            )
+        want = by_name[f.name].dataType
+        if f.dataType.simpleString() != want.simpleString():
+            raise KappaSourceError(
+                f"table {table!r}: the schema given by the job has {f.name!r} as {f.dataType.simpleString()}; "
+                f"the table has it as {want.simpleString()}"
+            )
+
+
+# --------------------------------------------------------------------------- catalog access
+
+
+def _catalog_props(catalog: str, options: Mapping[str, str], inline: Mapping[str, str] | None = None) -> dict[str, str]:
+    from airflow_provider_kappa.spark.catalog import catalog_properties
+
+    if catalog == options.get("catalog"):
+        return catalog_properties(options)
+    scoped = {
+        "catalog": catalog,
+        "catalog_properties": json.dumps(dict(inline or {})),
+        "catalogs_file": options.get("catalogs_file", ""),
+    }
+    return catalog_properties(scoped)
+
+
+def _load_table(catalog: str, identifier: str, options: Mapping[str, str], inline: Mapping[str, str] | None = None) -> Table:
+    from airflow_provider_kappa.spark.catalog import load_catalog, load_table
+
+    props = _catalog_props(catalog, options, inline)
+    if not props:
+        raise KappaConfigError(
+            f"kappa_iceberg: no properties for catalog {catalog!r} (needed to read {identifier!r}): give them "
+            "in the catalogs file, or inline as catalog_properties of its align_with entry"
+        )
+    return load_table(load_catalog(catalog, props), identifier)
+
+
+# --------------------------------------------------------------------------- partitions and read
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """What an executor needs to read a table's data files: no catalog, no credentials but
+    the FileIO's, no snapshot list."""
+
+    table: str
+    location: str
+    metadata_json: str
+    io_properties: Mapping[str, str]
+    columns: tuple[str, ...]
+    ingestion_column: str
+
+
+@dataclass(frozen=True)
+class FilePartition(InputPartition):
+    """One Spark task: data files read with column projection and the batch's row filter."""
+
+    files: tuple[FileSpan, ...]
+    start_micros: int | None
+    end_micros: int | None
+    context: ReadContext
+
+
+def _read_context(table: Table, schema: Schema, columns: Sequence[str], ingestion_column: str) -> ReadContext:
+    metadata = table.metadata.model_copy(
+        update={
+            "snapshots": [],
+            "snapshot_log": [],
+            "metadata_log": [],
+            "refs": {},
+            "current_snapshot_id": None,
+            "statistics": [],
+            "partition_statistics": [],
+            "current_schema_id": schema.schema_id,
+        }
+    )
+    io_props = {k: v for k, v in table.io.properties.items() if k.startswith(FILE_IO_PREFIXES)}
+    return ReadContext(
+        table=".".join(table.name()),
+        location=table.metadata.location,
+        metadata_json=metadata.model_dump_json(),
+        io_properties=io_props,
+        columns=tuple(columns),
+        ingestion_column=ingestion_column,
+    )
+
+
+def make_partitions(
+    spans: Sequence[FileSpan],
+    start_micros: int | None,
+    end_micros: int | None,
+    context: ReadContext,
+    min_partitions: int,
+    split_bytes: int,
+) -> list[FilePartition]:
+    """Group files (kept in lower-bound order) into contiguous partitions of about equal bytes:
+    at least ``min(min_partitions, len(spans))``, at most ``split_bytes`` each when possible."""
+    if not spans:
+        return []
+    total = sum(max(s.file_size_in_bytes, 1) for s in spans)
+    count = min(len(spans), max(min_partitions, -(-total // split_bytes)))
+    target = total / count
+    groups: list[list[FileSpan]] = [[]]
+    acc = 0.0
+    for s in spans:
+        if groups[-1] and acc >= target * len(groups) and len(groups) < count:
+            groups.append([])
+        groups[-1].append(s)
+        acc += max(s.file_size_in_bytes, 1)
+    return [FilePartition(tuple(g), start_micros, end_micros, context) for g in groups if g]
+
+
+@lru_cache(maxsize=8)
+def _metadata(metadata_json: str) -> Any:
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    return TableMetadataUtil.parse_raw(metadata_json)
+
+
+@lru_cache(maxsize=8)
+def _file_io(items: tuple[tuple[str, str], ...], location: str) -> Any:
+    from pyiceberg.io import load_file_io
+
+    return load_file_io(dict(items), location)
+
+
+def read_partition(partition: FilePartition, spark_schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Read one partition's files (on an executor): projected columns, rows whose ingestion
+    column is in the partition's range, position deletes applied; Arrow batches typed exactly
+    as ``spark_schema``.
+
+    :param partition: from :meth:`KappaIcebergStreamReader.partitions`.
+    :param spark_schema: the stream's schema.
+    """
+    import pyarrow as pa
+    from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, LessThan
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.table import FileScanTask
+    from pyiceberg.typedef import Record
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    ctx = partition.context
+    metadata = _metadata(ctx.metadata_json)
+    io = _file_io(tuple(sorted(ctx.io_properties.items())), ctx.location)
+    projected = metadata.schema().select(*ctx.columns, case_sensitive=True)
+    row_filter: BooleanExpression = AlwaysTrue()
+    if partition.start_micros is not None:
+        row_filter = And(row_filter, GreaterThanOrEqual(ctx.ingestion_column, partition.start_micros))
+    if partition.end_micros is not None:
+        row_filter = And(row_filter, LessThan(ctx.ingestion_column, partition.end_micros))
+    tasks = []
+    for span in partition.files:
+        data_file = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=span.path,
+            file_format=FileFormat[span.file_format],
+            partition=Record(*span.partition),
+            record_count=span.record_count,
+            file_size_in_bytes=span.file_size_in_bytes,
+        )
+        data_file.spec_id = span.spec_id
+        deletes = set()
+        for ref in span.deletes:
+            delete_file = DataFile.from_args(
+                content=DataFileContent.POSITION_DELETES,
+                file_path=ref.path,
+                file_format=FileFormat[ref.file_format],
+                partition=Record(*span.partition),
+                record_count=0,
+                file_size_in_bytes=0,
+            )
+            delete_file.spec_id = span.spec_id
+            deletes.add(delete_file)
+        tasks.append(FileScanTask(data_file, delete_files=deletes))
+    target = to_arrow_schema(spark_schema, timezone="UTC")
+    scan = ArrowScan(metadata, io, projected, row_filter)
+    for batch in scan.to_record_batches(tasks):
+        if batch.num_rows == 0:
+            continue
+        arrays = [batch.column(f.name).cast(f.type) for f in target]
+        yield pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+class KappaIcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The ``kappa_iceberg`` stream reader (see the module docstring for the two modes).
+
+    :param schema: the stream's schema (the table's, or a projection given by the job).
+    :param options: the reader options (docs/architecture.md, "kappa_iceberg reader options").
+    """
+
+    def __init__(self, schema: StructType, options: Mapping[str, str]) -> None:
+        self.schema = schema
+        self.options = {str(k): str(v) for k, v in options.items()}
+        self.opts = ReaderOptions.parse(self.options)
+        self._state: _BoundedState | _TailState | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_state"] = None  # the driver-side plan never travels to executors
+        return state
+
+    def _driver(self) -> _BoundedState | _TailState:
+        if self._state is None:
+            self._state = (_BoundedState if self.opts.mode == BOUNDED else _TailState)(self.schema, self.opts, self.options)
+        return self._state
+
+    def initialOffset(self) -> dict[str, Any]:
+        return self._driver().initial_offset()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return self.opts.default_limit()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        return self._driver().latest_offset(start, limit)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._driver().report_latest()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._driver().prepare_available_now()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return self._driver().partitions(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        if not isinstance(partition, FilePartition):
+            raise KappaSourceError(f"kappa_iceberg: unexpected partition type {type(partition).__name__}")
+        return read_partition(partition, self.schema)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the plan is immutable for the query."""
+
+    def stop(self) -> None:
+        self._state = None
+
+
+def _caps(limit: ReadLimit) -> dict[str, int | None]:
+    if isinstance(limit, ReadMaxFiles):
+        return {"max_files": limit.max_files}
+    if isinstance(limit, ReadMaxRows):
+        return {"max_rows": limit.max_rows}
+    if isinstance(limit, ReadMaxBytes):
+        return {"max_bytes": limit.max_bytes}
+    return {}
+
+
+class _BoundedState:
+    """Driver-side state of a bounded read: the plans of this table and of every aligned one."""
+
+    def __init__(self, schema: StructType, opts: ReaderOptions, options: Mapping[str, str]) -> None:
+        began = time.monotonic()
+        self.opts = opts
+        table = _load_table(opts.catalog, opts.table, options)
+        snapshot = scan_plan.resolve_snapshot(table, opts.snapshot_id)
+        iceberg_schema = scan_plan.snapshot_schema(table, snapshot)
+        scan_plan.ingestion_field(iceberg_schema, opts.ingestion_column, opts.table)
+        check_job_schema(schema, schema_to_spark(iceberg_schema), opts.table)
+        self.snapshot_id = snapshot.snapshot_id if snapshot is not None else None
+        own = scan_plan.plan_files(table, self.snapshot_id, opts.ingestion_column, opts.read_start_micros, opts.read_end_micros)
+        everything = list(own)
+        for other in opts.align_with:
+            if (other.catalog, other.table, other.ingestion_column) == (opts.catalog, opts.table, opts.ingestion_column):
+                continue
+            other_table = _load_table(other.catalog, other.table, options, other.catalog_properties)
+            everything += scan_plan.plan_files(
+                other_table, other.snapshot_id, other.ingestion_column, opts.read_start_micros, opts.read_end_micros
+            )
+        start, end = opts.read_start_micros, opts.read_end_micros
+        if start is None or end is None:
+            known = scan_plan.spans_range(everything)
+            if any(not s.bounded for s in everything) or known is None:
+                if known is None and not everything:
+                    known = (0, 0)
+                else:
+                    raise KappaConfigError(
+                        f"kappa_iceberg: table {opts.table!r} has data files without ingestion statistics; "
+                        "give read_start_micros and read_end_micros"
+                    )
+            start = known[0] if start is None else start
+            end = known[1] + 1 if end is None else end
+        self.start, self.end = start, end
+        self.index = SpanIndex(own)
+        self.presence = Presence(everything, start, max(end, start + 1))
+        self.context = _read_context(table, iceberg_schema, schema.fieldNames(), opts.ingestion_column)
+        log.info(
+            "kappa_iceberg %s@%s: planned %d files (%d aligned tables, %d with data) in %.2fs",
+            opts.table,
+            self.snapshot_id,
+            len(own),
+            len(opts.align_with),
+            len(everything),
+            time.monotonic() - began,
+        )
+
+    def initial_offset(self) -> dict[str, Any]:
+        return {"pos": self.start}
+
+    def latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        pos = max(int(start["pos"]), self.start)
+        grid_end = scan_plan.grid_batch_end(pos, self.presence, self.opts.threshold_micros, self.end)
+        if grid_end is None:
+            return start
+        caps = _caps(limit)
+        if caps:
+            grid_end = scan_plan.capped_batch_end(self.index.between(pos, grid_end), pos, grid_end, **caps)
+        return {"pos": grid_end}
+
+    def report_latest(self) -> dict[str, Any]:
+        return {"pos": self.end}
+
+    def prepare_available_now(self) -> None:
+        """Nothing to record: the pinned snapshot and ``read_end`` already bound the query."""
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[FilePartition]:
+        lo = max(int(start["pos"]), self.start)
+        hi = min(int(end["pos"]), self.end)
+        if lo >= hi:
+            return []
+        spans = self.index.between(lo, hi)
+        return make_partitions(spans, lo, hi, self.context, self.opts.min_partitions, self.opts.split_bytes)
+
+
+class _TailState:
+    """Driver-side state of a tailing read: the table, refreshed at each ``latestOffset``."""
+
+    def __init__(self, schema: StructType, opts: ReaderOptions, options: Mapping[str, str]) -> None:
+        self.opts = opts
+        self.table = _load_table(opts.catalog, opts.table, options)
+        current = self.table.current_snapshot()
+        iceberg_schema = scan_plan.snapshot_schema(self.table, current)
+        scan_plan.ingestion_field(iceberg_schema, opts.ingestion_column, opts.table)
+        check_job_schema(schema, schema_to_spark(iceberg_schema), opts.table)
+        self.context = _read_context(self.table, iceberg_schema, schema.fieldNames(), opts.ingestion_column)
+        self.target: int | None = None  # availableNow: the newest snapshot this query may read
+
+    @staticmethod
+    def _offset(snapshot_id: int, sequence_number: int) -> dict[str, Any]:
+        return {"snapshot_id": snapshot_id, "sequence_number": sequence_number}
+
+    def initial_offset(self) -> dict[str, Any]:
+        current = self.table.current_snapshot()
+        if self.opts.starting == "latest" and current is not None:
+            return self._offset(current.snapshot_id, current.sequence_number or 0)
+        return self._offset(_NO_SNAPSHOT, _NO_SNAPSHOT)
+
+    def _after(self, start: dict[str, Any], upto: int | None) -> list[scan_plan.SnapshotRef]:
+        after = int(start["snapshot_id"])
+        return scan_plan.snapshots_after(self.table, None if after == _NO_SNAPSHOT else after, upto)
+
+    def latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if self.target is None:
+            self.table = self.table.refresh()
+        chain = self._after(start, self.target)
+        if not chain:
+            return start
+        caps = _caps(limit)
+        taken = chain[:1]
+        files, rows, size = chain[0].added_files, chain[0].added_records, chain[0].added_bytes
+        for ref in chain[1:]:
+            files, rows, size = files + ref.added_files, rows + ref.added_records, size + ref.added_bytes
+            if (
+                (caps.get("max_files") is not None and files > (caps["max_files"] or 0))
+                or (caps.get("max_rows") is not None and rows > (caps["max_rows"] or 0))
+                or (caps.get("max_bytes") is not None and size > (caps["max_bytes"] or 0))
+            ):
+                break
+            taken.append(ref)
+        last = taken[-1]
+        return self._offset(last.snapshot_id, last.sequence_number)
+
+    def report_latest(self) -> dict[str, Any] | None:
+        current = self.table.current_snapshot()
+        return None if current is None else self._offset(current.snapshot_id, current.sequence_number or 0)
+
+    def prepare_available_now(self) -> None:
+        self.table = self.table.refresh()
+        current = self.table.current_snapshot()
+        self.target = current.snapshot_id if current is not None else None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[FilePartition]:
+        end_id = int(end["snapshot_id"])
+        if end_id == _NO_SNAPSHOT or end_id == int(start["snapshot_id"]):
+            return []
+        if self.table.snapshot_by_id(end_id) is None:
+            self.table = self.table.refresh()
+        chain = self._after(start, end_id)
+        ids = []
+        for ref in chain:
+            if ref.operation == "append":
+                ids.append(ref.snapshot_id)
+            elif ref.operation == "replace":
+                continue  # compaction: the same rows, rewritten
+            elif self.opts.tail_non_append == "skip":
+                log.warning("kappa_iceberg %s: skipping %s snapshot %d", self.opts.table, ref.operation, ref.snapshot_id)
+            else:
+                raise KappaSourceError(
+                    f"table {self.opts.table!r}: snapshot {ref.snapshot_id} is an {ref.operation!r} commit; a tailing "
+                    "read follows appends only (set option tail_non_append=skip to skip such commits)"
+                )
+        spans = scan_plan.added_files(self.table, ids, self.opts.ingestion_column)
+        return make_partitions(spans, None, None, self.context, self.opts.min_partitions, self.opts.split_bytes)

@@ -1,0 +1,304 @@
+"""The kappa_iceberg stream reader through real local Spark and a real sqlite SqlCatalog."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from lake import T0, append_events, create_events_table, event
+
+from airflow_provider_kappa.spark.datasource import KappaIcebergDataSource
+from airflow_provider_kappa.spark.iceberg_source import FilePartition, KappaIcebergStreamReader, table_spark_schema
+from airflow_provider_kappa.timeparse import to_micros
+
+MIN = 60_000_000
+HOUR = 60 * MIN
+T0_US = to_micros(T0)
+
+
+@pytest.fixture()
+def sp(spark: Any) -> Any:
+    spark.dataSource.register(KappaIcebergDataSource)
+    return spark
+
+
+def add(table: Any, prefix: str, minutes: list[float]) -> list[str]:
+    """One snapshot of events ingested at T0 + minutes; returns their ids."""
+    rows = [event(0, T0 + timedelta(minutes=m)) | {"event_id": f"{prefix}{i}-{m}"} for i, m in enumerate(minutes)]
+    append_events(table, rows)
+    return [r["event_id"] for r in rows]
+
+
+def reader_options(props: dict[str, str], table: str, **extra: Any) -> dict[str, str]:
+    opts = {
+        "catalog": "lake",
+        "catalog_properties": json.dumps(props),
+        "table": table,
+        "ingestion_column": "ingestion_ts",
+        "mode": "bounded",
+        "max_misalignment_threshold": "30min",
+    }
+    opts.update({k: str(v) for k, v in extra.items()})
+    return opts
+
+
+class Run:
+    """One availableNow run of a streaming query into foreachBatch; what each batch saw."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[tuple[str, int]]] = {}
+        self.progress: list[Any] = []
+
+    def rows(self) -> Counter[str]:
+        return Counter(eid for rows in self.batches.values() for eid, _ in rows)
+
+    def offsets(self, source: int = 0) -> dict[int, tuple[int | None, int]]:
+        """batch id -> (start pos or None, end pos) of one source."""
+        out = {}
+        for p in self.progress:
+            src = p.sources[source]
+            start = json.loads(src.startOffset)["pos"] if src.startOffset not in (None, "null") else None
+            out[p.batchId] = (start, json.loads(src.endOffset)["pos"])
+        return out
+
+
+def run_query(
+    df: Any, checkpoint: Path, on_batch: Callable[[int], None] | None = None, run: Run | None = None
+) -> Run:
+    from pyspark.sql import functions as F
+
+    run = run or Run()
+
+    def sink(batch: Any, batch_id: int) -> None:
+        if on_batch is not None:
+            on_batch(batch_id)
+        rows = batch.select("event_id", (F.unix_micros("ingestion_ts")).alias("us")).collect()
+        run.batches[batch_id] = [(r.event_id, r.us) for r in rows]  # a replayed batch replaces itself
+
+    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    try:
+        assert query.awaitTermination(120), "availableNow query did not terminate"
+    finally:
+        run.progress += [p for p in query.recentProgress if p.numInputRows is not None]
+        if query.isActive:
+            query.stop()
+    if query.exception() is not None:
+        raise query.exception()  # type: ignore[misc]
+    return run
+
+
+def load(sp: Any, opts: dict[str, str]) -> Any:
+    return sp.readStream.format("kappa_iceberg").options(**opts).load()
+
+
+def test_bounded_read_gives_every_row_in_range_once_in_grid_batches(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    table = create_events_table(catalog, "raw.events")
+    ids = add(table, "a", [5, 12, 40, 61, 95, 118, 140])
+    ids += add(table, "b", [11, 29.5, 30, 89])  # a later commit with earlier ingestion times
+    ids += add(table, "c", [10, 130])  # exactly at the start and exactly at the end: start in, end out
+    start, end = T0_US + 10 * MIN, T0_US + 130 * MIN
+    snapshot = table.current_snapshot().snapshot_id
+    add(table, "late", [50, 60])  # after the pinned snapshot: never seen
+    opts = reader_options(catalog_props, "raw.events", read_start_micros=start, read_end_micros=end, snapshot_id=snapshot)
+
+    run = run_query(load(sp, opts), tmp_path / "ck")
+
+    expected = Counter(i for i in ids if not i.startswith("late") and start <= T0_US + float(i.split("-")[1]) * MIN < end)
+    assert run.rows() == expected
+    # one batch per 30-minute grid cell holding data: [10,30) [30,60) [60,90) [90,120); the last
+    # row in range is at 118, so [120,130) holds nothing and costs no batch
+    offsets = run.offsets()
+    assert sorted(e for _, e in offsets.values()) == [T0_US + m * MIN for m in (30, 60, 90, 120)]
+    for batch_id, rows in run.batches.items():
+        lo, hi = offsets[batch_id]
+        lo = start if lo is None else lo
+        assert all(lo <= us < hi for _, us in rows)
+
+
+def test_empty_stretches_cost_no_batches_and_available_now_ends(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    table = create_events_table(catalog, "raw.events")
+    ids = add(table, "a", [1, 20]) + add(table, "b", [400, 430])  # 6 empty hours in between
+    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + 10 * HOUR)
+
+    run = run_query(load(sp, opts), tmp_path / "ck")
+
+    assert run.rows() == Counter(ids)
+    # cells [0,30) and [390,420) [420,450): three batches, not twenty
+    assert sorted(e for _, e in run.offsets().values()) == [T0_US + m * MIN for m in (30, 420, 450)]
+
+
+def _two_skewed_tables(catalog: Any) -> tuple[list[str], list[str]]:
+    big = create_events_table(catalog, "raw.impressions")
+    small = create_events_table(catalog, "raw.playbacks")
+    big_ids = add(big, "i", [m * 1.5 for m in range(0, 100)])  # every 1.5 min for 150 min
+    big_ids += add(big, "j", [m * 1.5 + 0.5 for m in range(0, 100)])
+    small_ids = add(small, "p", [2, 4, 145, 148])  # 10x fewer rows, nothing in between
+    return big_ids, small_ids
+
+
+def test_aligned_sources_share_every_batch_end(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    big_ids, small_ids = _two_skewed_tables(catalog)
+    align = json.dumps(
+        [{"catalog": "lake", "table": t, "ingestion_column": "ingestion_ts", "snapshot_id": None} for t in ("raw.impressions", "raw.playbacks")]
+    )
+    rng = {"read_start_micros": T0_US, "read_end_micros": T0_US + 3 * HOUR}
+
+    def both(align_with: str | None) -> Any:
+        extra = dict(rng) | ({"align_with": align_with} if align_with else {})
+        big = load(sp, reader_options(catalog_props, "raw.impressions", **extra))
+        small = load(sp, reader_options(catalog_props, "raw.playbacks", **extra))
+        return big.unionByName(small)
+
+    aligned = run_query(both(align), tmp_path / "aligned")
+    assert aligned.rows() == Counter(big_ids + small_ids)
+    a, b = aligned.offsets(0), aligned.offsets(1)
+    assert len(a) == 5  # cells of 30 min over the 150 min both tables span
+    for batch_id in a:
+        assert abs(a[batch_id][1] - b[batch_id][1]) <= 30 * MIN
+        assert a[batch_id][1] == b[batch_id][1]
+
+    # without alignment the small source skips its empty stretch and runs ahead of the big one
+    unaligned = run_query(both(None), tmp_path / "unaligned")
+    assert unaligned.rows() == Counter(big_ids + small_ids)
+    a, b = unaligned.offsets(0), unaligned.offsets(1)
+    assert max(abs(a[i][1] - b[i][1]) for i in a) > 30 * MIN
+
+
+def test_second_run_with_larger_read_end_resumes_from_the_checkpoint(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    table = create_events_table(catalog, "raw.events")
+    ids = add(table, "a", [1, 25, 35, 50, 65, 80, 95, 110])
+    snapshot = table.current_snapshot().snapshot_id
+    checkpoint = tmp_path / "shared"
+    first = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, snapshot_id=snapshot)
+    run1 = run_query(load(sp, first), checkpoint)
+    second = dict(first, read_start_micros=str(T0_US + HOUR), read_end_micros=str(T0_US + 2 * HOUR))
+    run2 = run_query(load(sp, second), checkpoint)
+
+    assert run1.rows() + run2.rows() == Counter(ids)
+    assert min(run2.batches) > max(run1.batches)
+    assert min(s for s, _ in run2.offsets().values() if s is not None) == T0_US + HOUR
+
+
+def test_replayed_batch_after_a_crash_reads_the_same_rows(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    table = create_events_table(catalog, "raw.events")
+    ids = add(table, "a", [1, 25, 35, 50, 65, 80])
+    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + 2 * HOUR)
+    run = Run()
+
+    def crash_once(batch_id: int) -> None:
+        if batch_id == 1 and not getattr(crash_once, "done", False):
+            crash_once.done = True  # type: ignore[attr-defined]
+            raise RuntimeError("sink failed")
+
+    with pytest.raises(Exception, match="sink failed"):
+        run_query(load(sp, opts), tmp_path / "ck", crash_once, run)
+    assert set(run.batches) == {0}
+    run_query(load(sp, opts), tmp_path / "ck", crash_once, run)  # batch 1 is replayed from the offset log
+
+    assert run.rows() == Counter(ids)
+    assert sorted(run.batches) == [0, 1, 2]
+
+
+def test_max_files_per_batch_caps_by_whole_files(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    table = create_events_table(catalog, "raw.events")
+    ids = add(table, "a", [1, 2]) + add(table, "b", [5, 7]) + add(table, "c", [12, 40])
+    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, max_files_per_batch=1)
+
+    run = run_query(load(sp, opts), tmp_path / "ck")
+
+    assert run.rows() == Counter(ids)
+    # three files [1,2] [5,7] [12,40], one per batch: the batches end where the next file starts
+    # (5, 12), then on the grid (30); [12,40] straddles 30 so it is read again, filtered, up to 60
+    assert sorted(e for _, e in run.offsets().values()) == [T0_US + m * MIN for m in (5, 12, 30, 60)]
+
+
+def test_manifests_are_read_once_per_query(sp: Any, catalog: Any, catalog_props: dict[str, str], lake_dir: Path, tmp_path: Path) -> None:
+    table = create_events_table(catalog, "raw.events")
+    ids = add(table, "a", [1, 40]) + add(table, "b", [70, 100])
+    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + 2 * HOUR)
+
+    def drop_manifests(batch_id: int) -> None:
+        if batch_id == 0:  # the plan is made: later batches must not need any manifest
+            for f in (lake_dir / "warehouse").rglob("*.avro"):
+                f.unlink()
+
+    run = run_query(load(sp, opts), tmp_path / "ck", drop_manifests)
+    assert run.rows() == Counter(ids)
+    assert len(run.batches) == 4
+
+
+def test_tail_mode_follows_new_snapshots_including_late_rows(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    table = create_events_table(catalog, "raw.events")
+    ids = add(table, "a", [1, 2])
+    opts = reader_options(catalog_props, "raw.events", mode="tail")
+    seen: list[str] = []
+
+    def sink(batch: Any, _batch_id: int) -> None:
+        seen.extend(r.event_id for r in batch.select("event_id").collect())
+
+    query = (
+        load(sp, opts).writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="1 second").start()
+    )
+    try:
+        query.processAllAvailable()
+        assert Counter(seen) == Counter(ids)
+        ids += add(table, "b", [90])
+        ids += add(table, "late", [0.5])  # committed last, ingested earliest: still read
+        query.processAllAvailable()
+        assert Counter(seen) == Counter(ids)
+    finally:
+        query.stop()
+    # a restart continues after the last snapshot read
+    ids += add(table, "c", [120])
+    run = run_query(load(sp, opts), tmp_path / "ck")
+    assert run.rows() == Counter(["c0-120"])
+
+
+def test_partitions_are_picklable_and_carry_no_catalog_secrets(catalog: Any, catalog_props: dict[str, str]) -> None:
+    table = create_events_table(catalog, "raw.events")
+    ids = add(table, "a", [1, 40, 70])
+    secret_props = dict(catalog_props, **{"s3.secret-access-key": "s3cr3t"})
+    opts = reader_options(secret_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + 2 * HOUR)
+    reader = KappaIcebergStreamReader(table_spark_schema(opts), opts)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    parts = reader.partitions(start, end)
+    assert parts and all(isinstance(p, FilePartition) for p in parts)
+    assert b"sqlite" not in pickle.dumps(parts)  # the catalog URI and database stay on the driver
+    executor_reader, executor_parts = pickle.loads(pickle.dumps((reader, parts)))
+    assert executor_reader._state is None
+    rows = [r for p in executor_parts for b in executor_reader.read(p) for r in b.column("event_id").to_pylist()]
+    assert rows == ids[:1]  # the first batch is [T0, T0+30min): of the file [1, 40] only the row at 1
+    assert parts[0].context.io_properties == {"s3.secret-access-key": "s3cr3t"}
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"table": "raw.nope"}, r"table 'raw.nope' does not exist in catalog 'lake'"),
+        ({"snapshot_id": "123"}, r"snapshot 123 does not exist"),
+        ({"ingestion_column": "landed_at"}, r"ingestion column 'landed_at' does not exist"),
+        ({"ingestion_column": "show_id"}, r"ingestion column 'show_id' has type long; expected timestamptz"),
+    ],
+)
+def test_load_errors_name_the_thing(sp: Any, catalog: Any, catalog_props: dict[str, str], change: dict[str, str], match: str) -> None:
+    table = create_events_table(catalog, "raw.events")
+    add(table, "a", [1])
+    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR) | change
+    with pytest.raises(Exception, match=match):
+        load(sp, opts)
+
+
+def test_job_schema_not_matching_the_table_fails_the_query(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    table = create_events_table(catalog, "raw.events")
+    add(table, "a", [1])
+    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR)
+    df = sp.readStream.format("kappa_iceberg").schema("event_id STRING, show_id STRING").options(**opts).load()
+    with pytest.raises(Exception, match=r"has 'show_id' as string; the table has it as bigint"):
+        run_query(df, tmp_path / "ck")
