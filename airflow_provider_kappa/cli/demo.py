@@ -1,17 +1,40 @@
-"""``kappa demo``: being built (see the open issues); exits non-zero until then."""
+"""``kappa demo``: the embedded default story (lake, live run, incident, backfill, report)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``kappa demo``."""
-    parser.add_argument("--config", help="path to the job's kappa.yaml")
+    from airflow_provider_kappa.demo import JOBS, MODES
+
+    parser.add_argument("--workdir", type=Path, default=None, help="demo folder (default ./kappa-demo; wiped each run)")
+    parser.add_argument("--hours", type=float, default=3.0, help="hours of landed events (default 3, at least 2)")
+    parser.add_argument("--rate", type=float, default=20.0, help="impressions per second (default 20; playbacks 1/10)")
+    parser.add_argument("--seed", type=int, default=7, help="lake generator seed (default 7)")
+    parser.add_argument("--jobs", default=",".join(JOBS), help=f"example jobs, comma separated (default {','.join(JOBS)})")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"backfill modes (default {','.join(MODES)})")
+    parser.add_argument(
+        "--max-misalignment", default="2min", help="backfill threshold (default 2min, the landing interval: exact)"
+    )
+    parser.add_argument("--slice", default="1h", help="slice length (default 1h)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Not built yet: say so and fail."""
-    print("kappa demo: not available in this build yet", file=sys.stderr)
-    return 1
+    """Run the demo; exit 0 when every backfill ran and published."""
+    from airflow_provider_kappa.demo import DemoOptions, default_workdir, run_demo
+
+    opts = DemoOptions(
+        workdir=args.workdir or default_workdir(),
+        hours=args.hours,
+        rate=args.rate,
+        seed=args.seed,
+        jobs=tuple(j for j in args.jobs.split(",") if j),
+        modes=tuple(m for m in args.modes.split(",") if m),
+        threshold=args.max_misalignment,
+        slice=args.slice,
+    )
+    run_demo(opts)
+    return 0
