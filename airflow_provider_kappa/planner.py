@@ -161,6 +161,19 @@ class BackfillPlan:
         """Estimated rows read over all slices (parallel slices overlap by warmup + tail)."""
         return sum(s.rows for s in self.slices)
 
+    def to_text(self) -> str:
+        """The slice table as plain text (task logs)."""
+        lines = [f"backfill {self.backfill_id}: {len(self.slices)} {self.mode} slice(s), ~{self.rows} rows"]
+        for s in self.slices:
+            per_source = ", ".join(f"{x.source} {x.files} files/~{x.rows} rows/~{x.bytes} B" for x in s.stats)
+            lines.append(
+                f"  {s.slice_id}  read [{s.read_start.isoformat()}, {s.read_end.isoformat()})  "
+                f"owns [{s.owns_start.isoformat()}, {s.owns_end.isoformat()})  {per_source}"
+                + "".join(f"  WARNING {w}" for w in s.warnings)
+            )
+        lines.extend(f"  WARNING {w}" for w in self.warnings)
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return {

@@ -96,3 +96,53 @@ def sorted_rows(table: Any) -> list[tuple[Any, ...]]:
     """All rows of a pyarrow Table (or a pyiceberg table, read at its current snapshot), sorted."""
     arrow = table.scan().to_arrow() if hasattr(table, "scan") else table
     return sorted((tuple(r.values()) for r in arrow.to_pylist()), key=repr)
+
+
+def create_sessions_table(catalog: Any, identifier: str) -> Any:
+    """Create a sink target like prod.playback_sessions (the sessionizer's output), partitioned by
+    ``hour(session_start)``; every column optional, as the sink creates live tables."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import HourTransform
+    from pyiceberg.types import LongType, NestedField, TimestamptzType
+
+    schema = Schema(
+        NestedField(1, "account_id", LongType(), required=False),
+        NestedField(2, "session_start", TimestamptzType(), required=False),
+        NestedField(3, "session_end", TimestamptzType(), required=False),
+        NestedField(4, "plays", LongType(), required=False),
+        NestedField(5, "last_play_ts", TimestamptzType(), required=False),
+    )
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=HourTransform(), name="session_hour"))
+    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
+    return catalog.create_table(identifier, schema=schema, partition_spec=spec)
+
+
+def sessions_arrow() -> Any:
+    """Arrow schema of :func:`create_sessions_table`."""
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema([("account_id", pa.int64()), ("session_start", ts), ("session_end", ts), ("plays", pa.int64()), ("last_play_ts", ts)])
+
+
+def expected_sessions(events: Iterable[dict[str, Any]], gap: timedelta = timedelta(minutes=5)) -> list[dict[str, Any]]:
+    """The sessions Spark's ``session_window(event_ts, gap)`` forms per account (an independent oracle):
+    a session runs from its first event to its last event + ``gap``; an event before the
+    current end joins it."""
+    by_account: dict[int, list[datetime]] = {}
+    for e in events:
+        by_account.setdefault(e["account_id"], []).append(e["event_ts"])
+    groups: list[tuple[int, list[datetime]]] = []
+    for account, times in sorted(by_account.items()):
+        current: list[datetime] = []
+        for ts in sorted(times):
+            if current and ts >= current[-1] + gap:
+                groups.append((account, current))
+                current = []
+            current.append(ts)
+        groups.append((account, current))
+    return [
+        {"account_id": a, "session_start": g[0], "session_end": g[-1] + gap, "plays": len(g), "last_play_ts": g[-1]}
+        for a, g in groups
+    ]

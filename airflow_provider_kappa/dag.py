@@ -1,0 +1,121 @@
+"""``kappa_backfill_dag``: one backfill DAG per job, built from its kappa.yaml.
+
+At parse time this reads the YAML (pure Python) and builds Params and tasks: no catalog,
+no Spark, no pyspark/pyiceberg import. Everything else happens in the tasks.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_kappa.config import load_config
+from airflow_provider_kappa.params import param_schemas
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+_DOC = """\
+### Kappa backfill of job `{job}`
+
+Reruns the job's unchanged streaming application over its Iceberg sources for a window
+`[start, end)` and replaces that window of the output table(s) atomically.
+
+`snapshot` checks the parameters and pins the sources' snapshots, `plan` cuts the range read
+into aligned slices, `mode` follows `slice_sequential` or `slice_parallel` (the other is
+skipped), which run one spark-submit per slice, `validate` compares staged and current rows,
+`publish` replaces the window.
+
+Config: `{path}`. Per-field checks (formats, positive durations, known sources, mode) refuse a
+bad trigger; checks across fields (end after start, threshold at most the slice, slice within
+the range read) fail the `snapshot` task before any Spark run.
+"""
+
+
+def default_dag_id(job_name: str) -> str:
+    """``kappa_backfill_<job>`` with characters Airflow does not allow replaced by ``_``."""
+    return "kappa_backfill_" + re.sub(r"[^A-Za-z0-9_.-]", "_", job_name)
+
+
+def kappa_backfill_dag(
+    config_path: str,
+    dag_id: str | None = None,
+    *,
+    spark_conn_id: str | None = None,
+    max_parallel_slices: int = 4,
+    pool: str | None = None,
+    slice_retries: int = 2,
+    tag_retention: str = "7d",
+    **dag_kwargs: Any,
+) -> DAG:
+    """Build the backfill DAG of the job described by ``config_path``.
+
+    Tasks: ``snapshot`` -> ``plan`` -> ``mode`` (branch) -> ``slice_sequential`` | ``slice_parallel``
+    (one mapped task instance per slice) -> ``validate`` -> ``publish``. Params (the trigger form): start, end,
+    sources, slice, max_misalignment_threshold, warmup, tail, mode, dry_run, publish, min_match.
+
+    :param config_path: path of the job's kappa.yaml (read now, and again by every task).
+    :param dag_id: the DAG id (default ``kappa_backfill_<job>``).
+    :param spark_conn_id: Airflow Spark connection slices are submitted through (default: the
+        job's ``master`` with the local spark-submit).
+    :param max_parallel_slices: slices of one run running at once in ``parallel`` mode
+        (``max_active_tis_per_dagrun``); sequential slices always run one at a time, in order.
+    :param pool: Airflow pool of the slice tasks (bounds slices across runs and DAGs).
+    :param slice_retries: retries of a slice task (a retry reruns the slice from its start).
+    :param tag_retention: how long the tag pinning the source snapshots is kept (``7d``).
+    :param dag_kwargs: more ``DAG`` arguments (``tags``, ``default_args``, ``max_active_runs``, …).
+    """
+    from airflow.sdk import DAG, Param
+
+    from airflow_provider_kappa.operators.plan import (
+        PARALLEL_TASK,
+        SEQUENTIAL_TASK,
+        KappaModeBranchOperator,
+        KappaPlanOperator,
+    )
+    from airflow_provider_kappa.operators.publish import KappaPublishOperator
+    from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator
+    from airflow_provider_kappa.operators.snapshot import KappaSnapshotOperator
+    from airflow_provider_kappa.operators.validate import KappaValidateOperator
+
+    cfg = load_config(config_path)
+    path = str(cfg.path)
+    params = {}
+    for name, schema in param_schemas(cfg).items():
+        schema = dict(schema)
+        description = schema.pop("description")
+        if "default" in schema:
+            params[name] = Param(schema.pop("default"), description=description, **schema)
+        else:
+            params[name] = Param(description=description, **schema)
+    dag_kwargs.setdefault("schedule", None)
+    dag_kwargs.setdefault("catchup", False)
+    dag_kwargs.setdefault("max_active_runs", 1)
+    dag_kwargs.setdefault("tags", ["kappa", "backfill", cfg.job.name])
+    dag_kwargs.setdefault("doc_md", _DOC.format(job=cfg.job.name, path=path))
+    dag_kwargs.setdefault("description", f"Kappa backfill of {cfg.job.name}: replace a window of its output")
+    with DAG(dag_id or default_dag_id(cfg.job.name), params=params, **dag_kwargs) as dag:
+        snapshot = KappaSnapshotOperator(task_id="snapshot", config_path=path, tag_retention=tag_retention)
+        plan = KappaPlanOperator(task_id="plan", config_path=path, snapshot=snapshot.output)
+        mode = KappaModeBranchOperator(task_id="mode", config_path=path)
+        slice_args: dict[str, Any] = {
+            "config_path": path,
+            "spark_conn_id": spark_conn_id,
+            "retries": slice_retries,
+            "map_index_template": "{{ kappa_slice }}",
+        }
+        if pool:
+            slice_args["pool"] = pool
+        sequential = KappaSliceRunOperator.partial(
+            task_id=SEQUENTIAL_TASK, max_active_tis_per_dagrun=1, **slice_args
+        ).expand(slice_plan=plan.output)
+        parallel = KappaSliceRunOperator.partial(
+            task_id=PARALLEL_TASK, max_active_tis_per_dagrun=max_parallel_slices, **slice_args
+        ).expand(slice_plan=plan.output)
+        validate = KappaValidateOperator(
+            task_id="validate", config_path=path, plan=plan.output, trigger_rule="none_failed_min_one_success"
+        )
+        publish = KappaPublishOperator(task_id="publish", config_path=path, plan=plan.output, report=validate.output)
+        plan >> mode >> [sequential, parallel]
+        [sequential, parallel] >> validate >> publish
+    return dag

@@ -1,0 +1,1 @@
+"""Airflow hooks of airflow-provider-kappa (import Airflow; loaded by tasks, never by the Spark side)."""

@@ -1,0 +1,96 @@
+"""Airflow operators of a Kappa backfill: snapshot, plan, slice run, validate, publish.
+
+Each is a thin shell over :mod:`airflow_provider_kappa.backfill` (the code path ``kappa backfill``
+runs too). Parameters come from the DAG run's Params unless ``backfill_params`` is given;
+``template_fields`` are assigned verbatim in ``__init__`` and validated in ``execute``.
+Bad input (parameters, config, a window outside the data, a failed validation) fails the task
+without retries (``AirflowFailException``); other errors (Spark, catalog I/O) are retried.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError, KappaValidationError
+from airflow_provider_kappa.params import KEYS
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_kappa.backfill import Backfill
+    from airflow_provider_kappa.planner import BackfillPlan
+
+#: Errors a retry cannot fix.
+PERMANENT = (KappaConfigError, KappaSourceError, KappaValidationError)
+
+
+@contextmanager
+def fail_fast(what: str) -> Iterator[None]:
+    """Turn bad-input errors into ``AirflowFailException`` (no retry), keeping the message.
+
+    :param what: the step, for the message.
+    """
+    try:
+        yield
+    except PERMANENT as e:
+        raise AirflowFailException(f"{what}: {type(e).__name__}: {e}") from e
+
+
+class KappaBackfillBaseOperator(BaseOperator):
+    """Common parts of the backfill operators.
+
+    :param config_path: path of the job's kappa.yaml (templated).
+    :param backfill_params: backfill parameters (templated); default: the DAG run's Params
+        (``start``, ``end``, ``sources``, ``slice``, …).
+    """
+
+    template_fields: Sequence[str] = ("config_path", "backfill_params")
+    ui_color = "#e8f4ea"
+
+    def __init__(self, *, config_path: str, backfill_params: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.backfill_params = backfill_params
+
+    def raw_params(self, context: Context) -> dict[str, Any]:
+        """The parameters to validate: ``backfill_params`` if given, else the run's Params."""
+        if self.backfill_params is not None:
+            if not isinstance(self.backfill_params, Mapping):
+                raise AirflowFailException(
+                    f"{self.task_id}: backfill_params must be a mapping of parameters, got {self.backfill_params!r}"
+                )
+            return dict(self.backfill_params)
+        params = context.get("params") or {}
+        return {k: params[k] for k in KEYS if k in params}
+
+    def load_backfill(self, context: Context) -> Backfill:
+        """Load the config and validate the parameters (fails fast on bad input)."""
+        from airflow_provider_kappa.backfill import Backfill
+        from airflow_provider_kappa.config import load_config
+        from airflow_provider_kappa.hooks.iceberg import KappaIcebergHook
+
+        if not isinstance(self.config_path, str) or not self.config_path:
+            raise AirflowFailException(f"{self.task_id}: config_path must be the path of a kappa.yaml, got {self.config_path!r}")
+        with fail_fast(f"{self.task_id}: backfill parameters"):
+            cfg = load_config(self.config_path)
+            return Backfill.create(cfg, self.raw_params(context), KappaIcebergHook(config=cfg).get_conn())
+
+    @staticmethod
+    def load_plan(value: Any, bf: Backfill, what: str) -> BackfillPlan:
+        """The slices pushed by the plan task, checked to belong to this backfill."""
+        from airflow_provider_kappa.planner import BackfillPlan, SlicePlan
+
+        if not isinstance(value, (list, tuple)) or not value or not all(isinstance(s, Mapping) for s in value):
+            raise AirflowFailException(f"{what}: plan must be the plan task's XCom (a list of slices), got {value!r}")
+        with fail_fast(what):
+            slices = tuple(SlicePlan.from_dict(s) for s in value)
+            plan = BackfillPlan(backfill_id=slices[0].backfill_id, mode=slices[0].mode, slices=slices)
+        if plan.backfill_id != bf.id:
+            raise AirflowFailException(
+                f"{what}: the plan is of backfill {plan.backfill_id!r} but the parameters give {bf.id!r}"
+            )
+        return plan

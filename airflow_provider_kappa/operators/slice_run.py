@@ -1,0 +1,100 @@
+"""Slice run: one spark-submit of the job's unchanged application for one slice."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
+
+from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_kappa.planner import SlicePlan
+
+#: Task-instance states after which the previous sequential slice will not succeed by itself.
+_GAVE_UP = {"failed", "upstream_failed", "skipped", "removed"}
+
+
+class KappaSliceRunOperator(KappaBackfillBaseOperator):
+    """Run one backfill slice: clear its staging tables, prepare its checkpoint, spark-submit
+    the job with ``availableNow`` over the slice's read range at the pinned snapshots, and log
+    rows read, micro-batches, watermark and duration (from Spark's event log).
+
+    Meant to be mapped over the plan task's slices (``.expand(slice_plan=plan.output["sequential"])``).
+    A sequential slice starts only after the slice before it succeeded: until then it waits
+    (reschedule, freeing its worker slot), and it fails if that slice failed. Retrying or
+    clearing a slice reruns it from the checkpoint kept at its start.
+
+    Catalog properties (credentials) are written only to a 0600 file in a private temporary
+    folder; the spark-submit command line carries only the application and a properties file.
+
+    :param config_path: path of the job's kappa.yaml (templated).
+    :param slice_plan: one slice of the plan (``SlicePlan.to_dict()``; templated).
+    :param backfill_params: parameters (templated; default: the run's Params).
+    :param spark_conn_id: Airflow Spark connection to submit through (templated; default: the
+        job's ``master`` with a local spark-submit).
+    :param wait_interval: seconds between checks while waiting for the previous slice.
+    """
+
+    template_fields: Sequence[str] = (*KappaBackfillBaseOperator.template_fields, "slice_plan", "spark_conn_id")
+    ui_color = "#fdf0d5"
+
+    def __init__(
+        self,
+        *,
+        slice_plan: Any,
+        spark_conn_id: str | None = None,
+        wait_interval: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.slice_plan = slice_plan
+        self.spark_conn_id = spark_conn_id
+        self.wait_interval = wait_interval
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_kappa import backfill
+        from airflow_provider_kappa.planner import SlicePlan
+
+        bf = self.load_backfill(context)
+        if not isinstance(self.slice_plan, Mapping):
+            raise AirflowFailException(f"{self.task_id}: slice_plan must be one slice of the plan, got {self.slice_plan!r}")
+        with fail_fast(f"{self.task_id}: slice"):
+            sp = SlicePlan.from_dict(self.slice_plan)
+        context["kappa_slice"] = sp.label  # type: ignore[typeddict-unknown-key]  # for map_index_template
+        if not backfill.slice_ready(bf, sp):
+            self._wait_for_previous(context, sp)
+        for s in sp.stats:
+            self.log.info("slice %s plans %s: %d files, ~%d rows, ~%d bytes", sp.slice_id, s.source, s.files, s.rows, s.bytes)
+        with fail_fast(f"{self.task_id}: slice {sp.slice_id}"):
+            result = backfill.run_slice(bf, sp, spark_conn_id=self.spark_conn_id)
+        self.log.info(
+            "slice %s (%d/%d) done: rows read %s, rows to sink %s, micro-batches %s, watermark %s, duration %.1fs",
+            sp.slice_id, sp.index + 1, sp.count, result["rows_read"], result["rows_written"], result["batches"],
+            result["watermark"] or "-", result["seconds"],
+        )  # fmt: skip
+        return result
+
+    def _wait_for_previous(self, context: Context, sp: SlicePlan) -> None:
+        """Reschedule until the previous slice succeeds; fail if it gave up."""
+        from airflow.sdk import timezone
+
+        from airflow_provider_kappa.planner import slice_id
+
+        ti = context["ti"]
+        previous = sp.index - 1
+        states = ti.get_task_states(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id])
+        state = (states.get(ti.run_id) or {}).get(f"{ti.task_id}_{previous}")
+        if state in _GAVE_UP:
+            raise AirflowFailException(
+                f"sequential slice {sp.slice_id} cannot start: slice {slice_id(previous, sp.count)} "
+                f"(map index {previous}) is {state}; clear it (and the slices after it) to resume"
+            )
+        self.log.info(
+            "sequential slice %s waits for slice %s (state %s) to finish; checking again in %ss",
+            sp.slice_id, slice_id(previous, sp.count), state, self.wait_interval,
+        )  # fmt: skip
+        raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=self.wait_interval))

@@ -1,0 +1,43 @@
+"""Snapshot: validate the parameters, pin and tag the current snapshot of every source table."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class KappaSnapshotOperator(KappaBackfillBaseOperator):
+    """First task of a backfill: checks every parameter (the checks a Params schema cannot make,
+    such as ``end`` after ``start``, fail here before any Spark run), then pins the current
+    snapshot of each source table with the Iceberg tag ``kappa-<backfill_id>`` so that expiry
+    cannot remove it. A rerun with the same parameters reuses the tag's snapshot.
+
+    XCom: ``{"backfill_id", "tag", "snapshot_ids": {source: id}, "params": {...}}`` (no credentials).
+
+    :param config_path: path of the job's kappa.yaml (templated).
+    :param backfill_params: parameters (templated; default: the run's Params).
+    :param tag_retention: ``max-ref-age`` of the tag, a duration such as ``7d`` (templated).
+    """
+
+    template_fields: Sequence[str] = (*KappaBackfillBaseOperator.template_fields, "tag_retention")
+
+    def __init__(self, *, tag_retention: str = "7d", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tag_retention = tag_retention
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_kappa import backfill
+        from airflow_provider_kappa.timeparse import parse_duration
+
+        bf = self.load_backfill(context)
+        with fail_fast(f"{self.task_id}: snapshot"):
+            retention = parse_duration(self.tag_retention, "tag_retention")
+            self.log.info("backfill %s: parameters %s", bf.id, bf.params.to_dict())
+            snapshot_ids = backfill.snapshot(bf, retention=retention)
+        for name, snap in snapshot_ids.items():
+            self.log.info("source %s: snapshot %s pinned by tag %s", name, snap, bf.tag)
+        return {"backfill_id": bf.id, "tag": bf.tag, "snapshot_ids": snapshot_ids, "params": bf.params.to_dict()}
