@@ -12,6 +12,7 @@ from typing import Any, Callable
 import pytest
 from lake import T0, append_events, create_events_table, event
 
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
 from airflow_provider_kappa.spark.datasource import KappaIcebergDataSource
 from airflow_provider_kappa.spark.iceberg_source import FilePartition, KappaIcebergStreamReader, table_spark_schema
 from airflow_provider_kappa.timeparse import to_micros
@@ -135,9 +136,9 @@ def test_empty_stretches_cost_no_batches_and_available_now_ends(sp: Any, catalog
 def _two_skewed_tables(catalog: Any) -> tuple[list[str], list[str]]:
     big = create_events_table(catalog, "raw.impressions")
     small = create_events_table(catalog, "raw.playbacks")
-    big_ids = add(big, "i", [m * 1.5 for m in range(0, 100)])  # every 1.5 min for 150 min
-    big_ids += add(big, "j", [m * 1.5 + 0.5 for m in range(0, 100)])
-    small_ids = add(small, "p", [2, 4, 145, 148])  # 10x fewer rows, nothing in between
+    big_ids = add(big, "i", [m * 2.4 for m in range(0, 100)])  # every 2.4 min for 4 hours
+    big_ids += add(big, "j", [m * 2.4 + 0.5 for m in range(0, 100)])
+    small_ids = add(small, "p", [2, 4, 230, 235])  # 10x fewer rows, nothing in between
     return big_ids, small_ids
 
 
@@ -146,7 +147,7 @@ def test_aligned_sources_share_every_batch_end(sp: Any, catalog: Any, catalog_pr
     align = json.dumps(
         [{"catalog": "lake", "table": t, "ingestion_column": "ingestion_ts", "snapshot_id": None} for t in ("raw.impressions", "raw.playbacks")]
     )
-    rng = {"read_start_micros": T0_US, "read_end_micros": T0_US + 3 * HOUR}
+    rng = {"read_start_micros": T0_US, "read_end_micros": T0_US + 5 * HOUR, "max_misalignment_threshold": "1h"}
 
     def both(align_with: str | None) -> Any:
         extra = dict(rng) | ({"align_with": align_with} if align_with else {})
@@ -157,16 +158,16 @@ def test_aligned_sources_share_every_batch_end(sp: Any, catalog: Any, catalog_pr
     aligned = run_query(both(align), tmp_path / "aligned")
     assert aligned.rows() == Counter(big_ids + small_ids)
     a, b = aligned.offsets(0), aligned.offsets(1)
-    assert len(a) == 5  # cells of 30 min over the 150 min both tables span
+    assert len(a) == 4  # one-hour cells over the 4 hours both tables span
     for batch_id in a:
-        assert abs(a[batch_id][1] - b[batch_id][1]) <= 30 * MIN
+        assert abs(a[batch_id][1] - b[batch_id][1]) <= HOUR
         assert a[batch_id][1] == b[batch_id][1]
 
     # without alignment the small source skips its empty stretch and runs ahead of the big one
     unaligned = run_query(both(None), tmp_path / "unaligned")
     assert unaligned.rows() == Counter(big_ids + small_ids)
     a, b = unaligned.offsets(0), unaligned.offsets(1)
-    assert max(abs(a[i][1] - b[i][1]) for i in a) > 30 * MIN
+    assert max(abs(a[i][1] - b[i][1]) for i in a) > HOUR
 
 
 def test_second_run_with_larger_read_end_resumes_from_the_checkpoint(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
@@ -278,21 +279,28 @@ def test_partitions_are_picklable_and_carry_no_catalog_secrets(catalog: Any, cat
     assert parts[0].context.io_properties == {"s3.secret-access-key": "s3cr3t"}
 
 
+def test_missing_table_fails_at_load(sp: Any, catalog: Any, catalog_props: dict[str, str]) -> None:
+    catalog.create_namespace("raw")
+    with pytest.raises(Exception, match=r"table 'raw.nope' does not exist in catalog 'lake'"):
+        load(sp, reader_options(catalog_props, "raw.nope"))
+
+
 @pytest.mark.parametrize(
     ("change", "match"),
     [
-        ({"table": "raw.nope"}, r"table 'raw.nope' does not exist in catalog 'lake'"),
-        ({"snapshot_id": "123"}, r"snapshot 123 does not exist"),
-        ({"ingestion_column": "landed_at"}, r"ingestion column 'landed_at' does not exist"),
+        ({"snapshot_id": "123"}, r"table 'raw.events': snapshot 123 does not exist"),
+        ({"ingestion_column": "landed_at"}, r"table 'raw.events': ingestion column 'landed_at' does not exist"),
         ({"ingestion_column": "show_id"}, r"ingestion column 'show_id' has type long; expected timestamptz"),
+        ({"mode": "replay"}, r"option mode='replay'; allowed: \['bounded', 'tail'\]"),
     ],
 )
-def test_load_errors_name_the_thing(sp: Any, catalog: Any, catalog_props: dict[str, str], change: dict[str, str], match: str) -> None:
+def test_schema_errors_name_the_thing(catalog: Any, catalog_props: dict[str, str], change: dict[str, str], match: str) -> None:
+    # table_spark_schema is what KappaIcebergDataSource.schema() calls when the job loads the stream
     table = create_events_table(catalog, "raw.events")
     add(table, "a", [1])
     opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR) | change
-    with pytest.raises(Exception, match=match):
-        load(sp, opts)
+    with pytest.raises((KappaSourceError, KappaConfigError), match=match):
+        table_spark_schema(opts)
 
 
 def test_job_schema_not_matching_the_table_fails_the_query(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
