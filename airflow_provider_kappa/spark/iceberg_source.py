@@ -366,7 +366,8 @@ class FilePartition(InputPartition):
     context: ReadContext
 
 
-def _read_context(table: Table, schema: Schema, columns: Sequence[str], ingestion_column: str) -> ReadContext:
+def read_context(table: Table, schema: Schema, columns: Sequence[str], ingestion_column: str) -> ReadContext:
+    """The :class:`ReadContext` of ``table`` read with ``schema``, projected to ``columns``."""
     metadata = table.metadata.model_copy(
         update={
             "snapshots": [],
@@ -590,7 +591,7 @@ class _BoundedState:
         self.start, self.end = start, end
         self.index = SpanIndex(own)
         self.presence = Presence(everything, start, max(end, start + 1))
-        self.context = _read_context(table, iceberg_schema, schema.fieldNames(), opts.ingestion_column)
+        self.context = read_context(table, iceberg_schema, schema.fieldNames(), opts.ingestion_column)
         log.info(
             "kappa_iceberg %s@%s: planned %d files (%d aligned tables, %d with data) in %.2fs",
             opts.table,
@@ -639,7 +640,7 @@ class _TailState:
         iceberg_schema = scan_plan.snapshot_schema(self.table, current)
         scan_plan.ingestion_field(iceberg_schema, opts.ingestion_column, opts.table)
         check_job_schema(schema, schema_to_spark(iceberg_schema), opts.table)
-        self.context = _read_context(self.table, iceberg_schema, schema.fieldNames(), opts.ingestion_column)
+        self.context = read_context(self.table, iceberg_schema, schema.fieldNames(), opts.ingestion_column)
         self.target: int | None = None  # availableNow: the newest snapshot this query may read
 
     @staticmethod

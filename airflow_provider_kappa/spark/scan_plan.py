@@ -38,7 +38,7 @@ _DAY = 24 * _HOUR
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeleteRef:
     """A position-delete file (or deletion vector) that applies to a data file."""
 
@@ -46,7 +46,7 @@ class DeleteRef:
     file_format: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileSpan:
     """One live data file of a snapshot and the ingestion-time range it covers.
 
