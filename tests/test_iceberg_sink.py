@@ -268,6 +268,7 @@ def test_schema_mismatch_fails_before_anything_is_written_naming_the_columns(spa
     assert "missing columns ['show_id']" in message
     assert "columns not in the table ['show']" in message
     assert "mistyped columns ['attributed_plays (string given, int64 expected)']" in message
+    assert "Nothing was written" in message
     staged = catalog.load_table(staging)
     assert staged.current_snapshot() is None and _parquet_files(staged) == set()
 
@@ -286,16 +287,19 @@ def test_live_mode_creates_a_missing_target_and_complete_mode_is_refused(spark: 
 
     counts = _stream(spark, source_dir).groupBy("window_start").count()
     spark.dataSource.register(KappaIcebergDataSource)
-    with pytest.raises(Exception, match="output mode 'complete'"):
-        query = (
-            counts.writeStream.format(SHORT_NAME)
-            .options(**_writer_options(catalog_props, "prod.counts"))
-            .outputMode("complete")
-            .option("checkpointLocation", str(tmp_path / "ck2"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
+    refusals = {"complete": "output mode 'complete' \\(overwrite\\) is not supported", "update": "does not support Update mode"}
+    for mode, refusal in refusals.items():
+        with pytest.raises(Exception, match=refusal):
+            query = (
+                counts.writeStream.format(SHORT_NAME)
+                .options(**_writer_options(catalog_props, "prod.counts"))
+                .outputMode(mode)
+                .option("checkpointLocation", str(tmp_path / f"ck_{mode}"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+    assert not catalog.table_exists("prod.counts")  # refused before the writer touched the catalog
 
 
 def test_writer_abort_deletes_files_and_empty_batches_commit_nothing(catalog: Any, catalog_props: dict[str, str]) -> None:
