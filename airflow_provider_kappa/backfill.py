@@ -286,7 +286,10 @@ def run_slice(
             master=bf.cfg.job.master,
             conn_id=spark_conn_id,
         )
-        metrics = summarize(read_progress(events), time.monotonic() - began)
+        seconds = time.monotonic() - began
+        progress = read_progress(events)
+    metrics = summarize(progress, seconds)
+    store.record_progress(sp.slice_id, progress)
     result = {"slice_id": sp.slice_id, **metrics.to_dict()}
     if sp.mode == SEQUENTIAL:
         store.finish_sequential(sp.slice_id, nxt, result)

@@ -10,6 +10,7 @@
   A boundary is complete when its ``_KAPPA_BOUNDARY`` marker exists (written last).
 - ``slices/<slice_id>/``: the own checkpoint of a parallel slice, wiped before each run.
 - ``done/<slice_id>.json``: the metrics of a slice's last successful run (removed when it reruns).
+- ``progress/<slice_id>.jsonl``: the Spark ``StreamingQueryProgress`` records of its last run.
 
 Any filesystem pyarrow knows (local paths, ``file://``, ``s3://``, ``gs://``, ``hdfs://``) works.
 """
@@ -176,6 +177,12 @@ class CheckpointStore:
         self._write(self.done_file(slice_id), json.dumps(metrics, sort_keys=True))
 
     # both ---------------------------------------------------------------------------------
+
+    def record_progress(self, slice_id: str, records: list[dict[str, Any]]) -> str:
+        """Keep the Spark progress records of a slice's run (one JSON per line); return where."""
+        path = f"{self.root}/progress/{slice_id}.jsonl"
+        self._write(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+        return path
 
     def done(self, slice_id: str) -> dict[str, Any] | None:
         """The metrics of the slice's last successful run, ``None`` if it has not succeeded since it last started."""

@@ -2,8 +2,8 @@
 
 Each slice's spark-submit writes an uncompressed, non-rolling Spark event log (the format
 the Spark History Server reads) into a private folder. Structured Streaming records one
-``QueryProgressEvent`` per micro-batch there, holding ``numInputRows``, the sink's
-``numOutputRows``, ``batchDuration`` and the event-time ``watermark``. Nothing is added to the
+``QueryProgressEvent`` per micro-batch there, holding each source's ``numInputRows``, the
+sink's ``numOutputRows``, ``batchDuration`` and the event-time ``watermark``. Nothing is added to the
 job: this is Spark's standard progress reporting. Pure Python.
 """
 
@@ -90,6 +90,15 @@ def read_progress(folder: str | Path) -> list[dict[str, Any]]:
     return [e["progress"] for e in _events(root) if isinstance(e.get("progress"), dict)]
 
 
+def _input_rows(progress: dict[str, Any]) -> int:
+    """Rows a batch read: the sum over its sources (the event log's progress JSON has no
+    top-level ``numInputRows``; the live ``StreamingQueryProgress`` object computes it the same way)."""
+    sources = progress.get("sources")
+    if isinstance(sources, list) and sources:
+        return sum(int(s.get("numInputRows") or 0) for s in sources if isinstance(s, dict))
+    return int(progress.get("numInputRows") or 0)
+
+
 def summarize(progress: list[dict[str, Any]], seconds: float) -> SliceMetrics:
     """Sum a run's progress records.
 
@@ -103,7 +112,7 @@ def summarize(progress: list[dict[str, Any]], seconds: float) -> SliceMetrics:
         if name not in metrics.queries:
             metrics.queries.append(name)
         metrics.batches += 1
-        metrics.rows_read += int(p.get("numInputRows") or 0)
+        metrics.rows_read += _input_rows(p)
         metrics.rows_written += max(0, int((p.get("sink") or {}).get("numOutputRows") or 0))  # -1: not reported
         metrics.batch_seconds += float(p.get("batchDuration") or 0) / 1000.0
         watermark = (p.get("eventTime") or {}).get("watermark")

@@ -146,3 +146,37 @@ def expected_sessions(events: Iterable[dict[str, Any]], gap: timedelta = timedel
         {"account_id": a, "session_start": g[0], "session_end": g[-1] + gap, "plays": len(g), "last_play_ts": g[-1]}
         for a, g in groups
     ]
+
+
+#: Window of :func:`seed_sessions_incident`: [01:00, 03:00) after T0.
+INCIDENT_START = T0 + timedelta(hours=1)
+INCIDENT_END = T0 + timedelta(hours=3)
+
+
+def seed_sessions_incident(catalog: Any, source: str = "raw.playbacks", target: str = "prod.playback_sessions") -> list[dict[str, Any]]:
+    """A tiny playback lake with an incident: ``source`` holds playbacks from 00:00 to 03:50; ``target``
+    holds the sessionizer's correct rows outside [01:00, 03:00) and wrong ones inside (a session
+    missing, one with a wrong count, one spurious). Sessions stay short (under 10 minutes), one
+    crosses 02:00, and playbacks go on until 03:50 so every session in the window is closed by
+    the watermark within a 45-minute tail.
+
+    :returns: the rows the target must hold after a correct backfill of the window.
+    """
+    import pyarrow as pa
+
+    minutes = {7: list(range(0, 231, 10)), 1: [70, 72, 74, 140, 141], 2: [100, 104, 160, 162, 165], 3: [117, 121], 4: [50, 53]}
+    events = [
+        event(1000 * account + m, T0 + timedelta(minutes=m), account=account, show=account)
+        for account, ms in minutes.items()
+        for m in ms
+    ]
+    append_events(create_events_table(catalog, source), events)
+    sessions = expected_sessions(events)
+    inside = [s for s in sessions if INCIDENT_START <= s["session_start"] < INCIDENT_END]
+    outside = [s for s in sessions if not INCIDENT_START <= s["session_start"] < INCIDENT_END]
+    wrong = [dict(s, plays=99) if s["account_id"] == 2 else s for s in inside if s["account_id"] != 1]
+    spurious = {"account_id": 6, "session_start": T0 + timedelta(minutes=90), "session_end": T0 + timedelta(minutes=95),
+                "plays": 1, "last_play_ts": T0 + timedelta(minutes=90)}  # fmt: skip
+    table = create_sessions_table(catalog, target)
+    table.append(pa.Table.from_pylist(outside + wrong + [spurious], schema=sessions_arrow()))
+    return outside + inside

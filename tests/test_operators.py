@@ -87,7 +87,8 @@ class FakeSparkSubmit:
         (commits / str(len(list(commits.iterdir())))).write_text(conf["spark.kappa.sink.sessions.slice"])
         events = Path(conf["spark.eventLog.dir"].removeprefix("file://")) / "local-1"
         progress = [
-            {"name": "q", "batchId": b, "numInputRows": 5, "batchDuration": 1500, "sink": {"numOutputRows": 1},
+            {"name": "q", "batchId": b, "batchDuration": 1500, "sink": {"numOutputRows": 1},
+             "sources": [{"description": "PythonMicroBatchStream", "numInputRows": 5}],
              "eventTime": {"watermark": f"2026-11-01T0{b}:00:00.000Z"}}
             for b in (1, 2)
         ]  # fmt: skip
@@ -333,3 +334,31 @@ def test_template_fields_render(job: Path) -> None:
     assert op.spark_conn_id == "spark_x"
     for cls in (KappaSnapshotOperator, KappaPlanOperator, KappaValidateOperator, KappaPublishOperator):
         assert {"config_path", "backfill_params"} <= set(cls.template_fields)
+
+
+def test_progress_is_summed_from_spark_event_log_records(tmp_path: Path) -> None:
+    """Records as Spark 4 writes them to the event log (trimmed from a real slice run)."""
+    from airflow_provider_kappa.progress import read_progress, summarize
+
+    def record(batch: int, rows: int, out: int, watermark: str, ms: int) -> dict[str, Any]:
+        return {
+            "batchDuration": ms, "batchId": batch, "name": "kappa_playback_sessions_sessions",
+            "eventTime": {"max": "2026-11-01T00:39:59.000Z", "watermark": watermark},
+            "sink": {"description": "PythonTable", "numOutputRows": out},
+            "sources": [{"description": "PythonMicroBatchStreamWithTriggerAvailableNow", "numInputRows": rows,
+                         "endOffset": '{"pos": 1793493900000000}'}],
+        }  # fmt: skip
+
+    log = tmp_path / "local-1795643662784"
+    lines = [
+        json.dumps({"Event": "SparkListenerApplicationStart", "App Name": "x"}),
+        json.dumps({"Event": PROGRESS_EVENT, "progress": record(0, 2, 0, "1970-01-01T00:00:00.000Z", 63612)}),
+        json.dumps({"Event": PROGRESS_EVENT, "progress": record(1, 4, 3, "2026-11-01T00:29:59.000Z", 5487)}),
+        '{"Event": "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent", "progress": {"batchI',
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    metrics = summarize(read_progress(tmp_path), 80.0)
+    assert (metrics.rows_read, metrics.rows_written, metrics.batches) == (6, 3, 2)
+    assert metrics.watermark == "2026-11-01T00:29:59.000Z" and metrics.batch_seconds == 69.099
+    assert metrics.queries == ["kappa_playback_sessions_sessions"]
+    assert "rows read 6, rows to sink 3, micro-batches 2" in metrics.to_text()

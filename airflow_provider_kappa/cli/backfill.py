@@ -1,17 +1,136 @@
-"""``kappa backfill``: being built (see the open issues); exits non-zero until then."""
+"""``kappa backfill --config kappa.yaml --start T --end T [backfill options]``: snapshot, plan,
+run every slice, validate and publish, without an Airflow deployment.
+
+The same functions as the Airflow operators (:mod:`airflow_provider_kappa.backfill`). Slices
+run one after the other (``parallel`` slices are independent, so any order gives the same
+result); each slice's spark-submit output goes to a log file, not the terminal. Exits 0 on
+success (published, or validated for ``--dry-run`` / ``--no-publish``), 1 when a slice fails
+or validation refuses the publish, 2 on bad input (``kappa`` prints the error).
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
+import tempfile
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from airflow_provider_kappa.cli.plan import add_backfill_arguments, load_backfill, plan_table, print_header
+
+if TYPE_CHECKING:
+    from airflow_provider_kappa.backfill import Backfill
+
+#: The stdlib logger of the backfill steps (details go to the slice log, not the terminal).
+_STEPS_LOGGER = "airflow_provider_kappa"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``kappa backfill``."""
-    parser.add_argument("--config", help="path to the job's kappa.yaml")
+    add_backfill_arguments(parser)
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip slices that completed in an earlier run with the same parameters (default: rerun all)",
+    )
+    parser.add_argument("--spark-conn-id", help="an Airflow Spark connection to submit through (default: job.master)")
+
+
+def log_folder(bf: Backfill) -> Path:
+    """Where slice logs go: the backfill's checkpoint folder when local, else a temporary folder."""
+    root = bf.store().root
+    if "://" in root and not root.startswith("file://"):
+        return Path(tempfile.gettempdir()) / "kappa-logs" / bf.id
+    return Path(root.removeprefix("file://")) / "logs"
+
+
+@contextmanager
+def slice_log(path: Path) -> Iterator[None]:
+    """Send spark-submit's output (SparkSubmitHook logs it through Airflow's structlog) and the
+    step details (stdlib logging) to ``path`` while a slice runs."""
+    import structlog
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        handler = logging.StreamHandler(fh)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        steps = logging.getLogger(_STEPS_LOGGER)
+        saved = (steps.level, steps.propagate)
+        steps.addHandler(handler)
+        steps.setLevel(logging.INFO)
+        steps.propagate = False
+        structlog_config = structlog.get_config()
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=fh))
+        try:
+            yield
+        finally:
+            structlog.configure(**structlog_config)
+            steps.removeHandler(handler)
+            steps.setLevel(saved[0])
+            steps.propagate = saved[1]
 
 
 def run(args: argparse.Namespace) -> int:
-    """Not built yet: say so and fail."""
-    print("kappa backfill: not available in this build yet", file=sys.stderr)
-    return 1
+    """Run a whole backfill; see the module docstring for exit codes."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from airflow_provider_kappa import backfill
+    from airflow_provider_kappa.exceptions import KappaValidationError
+
+    console = Console()
+    logging.getLogger(_STEPS_LOGGER).setLevel(logging.WARNING)  # the terminal gets this command's own output
+    bf = load_backfill(args)
+    print_header(console, bf)
+    snapshot_ids = backfill.snapshot(bf)
+    console.print(f"  pinned snapshots {snapshot_ids} (tag {bf.tag})")
+    plan = backfill.plan(bf, snapshot_ids)
+    console.print(plan_table(plan))
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    logs = log_folder(bf)
+    store = bf.store()
+    results: list[dict[str, Any]] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("slices", total=len(plan.slices))
+        for sp in plan.slices:
+            done = store.done(sp.slice_id) if args.resume else None
+            if done is not None:
+                results.append(done)
+                progress.console.print(f"  {sp.slice_id} already done (--resume): rows read {done.get('rows_read')}")
+                progress.advance(task)
+                continue
+            progress.update(task, description=f"slice {sp.slice_id} {sp.read_start:%H:%M}→{sp.read_end:%H:%M}")
+            log_path = logs / f"{sp.slice_id}.log"
+            try:
+                with slice_log(log_path):
+                    result = backfill.run_slice(bf, sp, spark_conn_id=args.spark_conn_id)
+            except Exception as e:  # a failed spark-submit (AirflowException) or I/O: report, keep the log
+                progress.console.print(f"[red]slice {sp.slice_id} failed:[/] {type(e).__name__}: {e}")
+                progress.console.print(f"  spark-submit output: {log_path}")
+                progress.console.print("  rerun the same command (add --resume to skip completed slices)")
+                return 1
+            results.append(result)
+            progress.console.print(
+                f"  {sp.slice_id} rows read {result['rows_read']}, micro-batches {result['batches']}, "
+                f"watermark {result['watermark'] or '-'}, {result['seconds']:.1f}s  (log {log_path})"
+            )
+            progress.advance(task)
+    reports = backfill.validate(bf, plan)
+    for report in reports.values():
+        console.print(report.to_text())
+    report_dicts = {name: r.to_dict() for name, r in reports.items()}
+    try:
+        backfill.check_gate(bf, reports)
+    except KappaValidationError as e:
+        console.print(f"[red]not published:[/] {e}")
+        console.print(backfill.summary(bf, plan, results, report_dicts))
+        return 1
+    published = None
+    if bf.params.publishes:
+        published = {name: asdict(r) for name, r in backfill.publish(bf, plan).items()}
+    console.print(backfill.summary(bf, plan, results, report_dicts, published))
+    return 0

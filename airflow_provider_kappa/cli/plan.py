@@ -1,17 +1,124 @@
-"""``kappa plan``: being built (see the open issues); exits non-zero until then."""
+"""``kappa plan --config kappa.yaml --start T --end T [backfill options]``: the slices a backfill
+would run, with per-slice files, rows and bytes from manifests only. Writes nothing (no tag).
+
+The backfill options are shared with ``kappa backfill`` (:func:`add_backfill_arguments`).
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from airflow_provider_kappa.backfill import Backfill
+    from airflow_provider_kappa.planner import BackfillPlan
+
+
+def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``kappa plan`` and ``kappa backfill`` (DESIGN.md "Command line").
+
+    Unset options take the job's ``backfill:`` defaults (see :func:`airflow_provider_kappa.params.parse_params`).
+    """
+    parser.add_argument("--config", required=True, help="path to the job's kappa.yaml")
+    parser.add_argument("--start", required=True, help="window start, ISO-8601 with an offset (inclusive)")
+    parser.add_argument("--end", required=True, help="window end, ISO-8601 with an offset (exclusive)")
+    parser.add_argument("--mode", choices=["sequential", "parallel"], help="slice mode (default: the job's, else sequential)")
+    parser.add_argument("--slice", help="slice length, e.g. 1h (slices align to multiples of it)")
+    parser.add_argument("--warmup", help="ingestion time read before start, e.g. 30min (0s allowed)")
+    parser.add_argument("--tail", help="ingestion time read after end, e.g. 15min (default: the threshold)")
+    parser.add_argument(
+        "--max-misalignment", dest="max_misalignment_threshold", help="ingestion time one micro-batch may advance, e.g. 15min"
+    )
+    parser.add_argument("--sources", help="comma-separated job sources to backfill (default: all)")
+    parser.add_argument("--dry-run", action="store_true", help="write nothing outside staging")
+    parser.add_argument("--no-publish", dest="publish", action="store_false", help="stage and validate, do not publish")
+    parser.add_argument("--min-match", dest="min_match", help="minimum match rate in percent to publish, e.g. 99.9")
+
+
+def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The raw backfill parameters given on the command line (unset ones left out)."""
+    raw: dict[str, Any] = {"start": args.start, "end": args.end, "dry_run": args.dry_run, "publish": args.publish}
+    for key in ("mode", "slice", "warmup", "tail", "max_misalignment_threshold", "sources", "min_match"):
+        value = getattr(args, key, None)
+        if value is not None:
+            raw[key] = value
+    return raw
+
+
+def load_backfill(args: argparse.Namespace) -> Backfill:
+    """Load the config and validate the flags."""
+    from airflow_provider_kappa.backfill import Backfill
+    from airflow_provider_kappa.config import load_config
+
+    return Backfill.create(load_config(args.config), params_from_args(args))
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def plan_table(plan: BackfillPlan) -> Table:
+    """The slice table: read range, owned range, per source files / ~rows / ~bytes, warnings."""
+    from rich.table import Table
+
+    sources = [s.source for s in plan.slices[0].stats] if plan.slices else []
+    table = Table(title=f"backfill {plan.backfill_id}: {len(plan.slices)} {plan.mode} slice(s)", show_lines=False)
+    table.add_column("slice")
+    table.add_column("reads (ingestion, UTC)")
+    table.add_column("owns (output, UTC)")
+    for name in sources:
+        table.add_column(f"{name}\nfiles / ~rows / ~bytes", justify="right")
+    table.add_column("warnings", style="yellow")
+    for s in plan.slices:
+        cells = [f"{x.files} / {x.rows} / {_size(x.bytes)}" for x in s.stats]
+        table.add_row(
+            s.slice_id,
+            f"{s.read_start:%m-%d %H:%M}→{s.read_end:%m-%d %H:%M}",
+            f"{s.owns_start:%m-%d %H:%M}→{s.owns_end:%m-%d %H:%M}",
+            *cells,
+            "; ".join(s.warnings),
+        )
+    return table
+
+
+def print_header(console: Console, bf: Backfill) -> None:
+    """The backfill's identity and parameters."""
+    p = bf.params.to_dict()
+    console.print(f"[bold]backfill {bf.id}[/] of job [bold]{bf.cfg.job.name}[/] ({bf.cfg.path})")
+    console.print(
+        f"  window [{p['start']}, {p['end']}), reads [{bf.params.read_start.isoformat()}, {bf.params.read_end.isoformat()}), "
+        f"mode {p['mode']}, slice {p['slice']}, threshold {p['max_misalignment_threshold']}, warmup {p['warmup']}, "
+        f"tail {p['tail']}, sources {','.join(p['sources'])}"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``kappa plan``."""
-    parser.add_argument("--config", help="path to the job's kappa.yaml")
+    add_backfill_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Not built yet: say so and fail."""
-    print("kappa plan: not available in this build yet", file=sys.stderr)
-    return 1
+    """Print the slice table of a backfill at the sources' current snapshots."""
+    from rich.console import Console
+
+    from airflow_provider_kappa import backfill
+
+    console = Console()
+    bf = load_backfill(args)
+    print_header(console, bf)
+    snapshot_ids = backfill.snapshot(bf, tag=False)
+    console.print("  snapshots " + ", ".join(f"{k}={v}" for k, v in snapshot_ids.items()))
+    plan = backfill.plan(bf, snapshot_ids)
+    console.print(plan_table(plan))
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    console.print(f"~{plan.rows} rows to read in {len(plan.slices)} slice(s) (estimates from manifest statistics)")
+    return 0

@@ -97,4 +97,4 @@ class KappaSliceRunOperator(KappaBackfillBaseOperator):
             "sequential slice %s waits for slice %s (state %s) to finish; checking again in %ss",
             sp.slice_id, slice_id(previous, sp.count), state, self.wait_interval,
         )  # fmt: skip
-        raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=self.wait_interval))
+        raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=self.wait_interval))  # type: ignore[no-untyped-call]
