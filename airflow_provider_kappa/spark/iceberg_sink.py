@@ -304,8 +304,12 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
 
 
 def _delete(table: Table, files: Sequence[WireDataFile]) -> None:
+    """Delete uncommitted data files; one already gone (deleted by an earlier call) is fine."""
     for wire in files:
-        table.io.delete(wire.file_path)
+        try:
+            table.io.delete(wire.file_path)
+        except FileNotFoundError:
+            log.info("kappa_iceberg: uncommitted data file %s was already deleted", wire.file_path)
 
 
 def read_query_id(checkpoint: str | None) -> str | None:
