@@ -1,22 +1,32 @@
 """A real Airflow 3 deployment (api-server + scheduler + dag-processor on 127.0.0.1), driven over REST.
 
-Proves the harness of :mod:`deploy.airflow_server` with a small DAG written into the test's own
-dags folder: a run triggered through the public API with a conf succeeds (task log and XCom
-read back through the API); a conf violating the DAG's Params schema is refused by the API
-with the reason; a connection given as ``AIRFLOW_CONN_*`` reaches the task and its password
-is masked in the task log.
+The deployment serves the repo's example DAGs (copied into the test's dags folder, with
+``KAPPA_LAKE`` pointing at a tiny lake seeded with an incident) and a small probe DAG:
+
+- a real backfill of ``kappa_backfill_playback_sessions`` triggered through the public API with
+  a conf succeeds, and the published table holds exactly the correct rows;
+- confs violating the backfill DAG's Params schema are refused by the API with the reason,
+  and create no run; end before start passes the schema but fails the first task, writing nothing;
+- the probe DAG proves the harness itself: conf, task logs and XCom through the API, and a
+  connection given as ``AIRFLOW_CONN_*`` reaching a task with its password masked in the log.
 """
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
+from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sessions_arrow, sorted_rows
 
 from deploy.airflow_server import AirflowClient, AirflowDeployment, airflow_deployment, connection_env
+
+REPO = Path(__file__).resolve().parent.parent
+BACKFILL_DAG = "kappa_backfill_playback_sessions"
+TARGET = "prod.playback_sessions"
 
 DAG_ID = "kappa_deploy_probe"
 SECRET = "s3cr3t-Planted-9f2c"
@@ -57,13 +67,31 @@ PROBE_DAG = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
-    """One Airflow deployment for the module, with the probe DAG and one env connection."""
+def lake(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``KAPPA_LAKE`` of the example jobs: a sqlite catalog named ``lake`` with the sessions incident."""
+    from pyiceberg.catalog import load_catalog
+
+    folder = tmp_path_factory.mktemp("lake")
+    (folder / "warehouse").mkdir()
+    catalog = load_catalog("lake", type="sql", uri=f"sqlite:///{folder}/catalog.db", warehouse=f"file://{folder}/warehouse")
+    expected = seed_sessions_incident(catalog, "raw.playbacks", TARGET)
+    return {"dir": folder, "catalog": catalog, "expected": expected}
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory, lake: dict[str, Any]) -> Iterator[AirflowDeployment]:
+    """One Airflow deployment for the module: the example DAGs, the probe DAG, one env connection."""
     root = tmp_path_factory.mktemp("airflow")
     dags = root / "dags"
     dags.mkdir()
+    for example in sorted((REPO / "dags").glob("*.py")):
+        shutil.copy(example, dags / example.name)
     (dags / "kappa_deploy_probe.py").write_text(PROBE_DAG)
-    env = connection_env("kappa_probe_conn", f"iceberg://probe-user:{SECRET}@catalog.internal:8181/")
+    env = {
+        **connection_env("kappa_probe_conn", f"iceberg://probe-user:{SECRET}@catalog.internal:8181/"),
+        "KAPPA_LAKE": str(lake["dir"]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     t0 = time.monotonic()
     with airflow_deployment(root / "home", dags, extra_env=env) as deployment:
         print(f"airflow started in {time.monotonic() - t0:.1f}s {deployment.timings}")
@@ -72,11 +100,52 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeploym
 
 @pytest.fixture(scope="module")
 def client(airflow: AirflowDeployment) -> AirflowClient:
-    """A logged-in REST client; the probe DAG parsed and unpaused."""
+    """A logged-in REST client; the probe and backfill DAGs parsed and unpaused."""
     c = airflow.client()
-    c.wait_for_dag(DAG_ID, timeout=120)
-    c.unpause(DAG_ID)
+    for dag_id in (DAG_ID, BACKFILL_DAG):
+        c.wait_for_dag(dag_id, timeout=120)
+        c.unpause(dag_id)
     return c
+
+
+def target_rows(lake: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return sorted_rows(lake["catalog"].load_table(TARGET))
+
+
+def test_backfill_triggered_through_rest_publishes_exactly_the_correct_window(
+    client: AirflowClient, airflow: AirflowDeployment, lake: dict[str, Any]
+) -> None:
+    import pyarrow as pa
+
+    before = target_rows(lake)
+    expected = sorted_rows(pa.Table.from_pylist(lake["expected"], schema=sessions_arrow()))
+    assert before != expected, "the seeded incident must differ from the correct rows"
+    # One aligned slice, [00:00, 04:00) = [start - warmup, end + tail), read in at most four
+    # micro-batches: the least Spark work that still backfills the whole incident. The tail
+    # closes every session of the window (playbacks go on until 03:50, see lake.py).
+    conf = {
+        "start": INCIDENT_START.isoformat(),
+        "end": INCIDENT_END.isoformat(),
+        "slice": "4h",
+        "warmup": "1h",
+        "tail": "1h",
+        "max_misalignment_threshold": "1h",
+    }
+    t0 = time.monotonic()
+    run = client.trigger(BACKFILL_DAG, conf=conf)
+    done = client.wait_for_run(BACKFILL_DAG, run["dag_run_id"], timeout=600, interval=2)
+    elapsed = time.monotonic() - t0
+    tis = client.task_instances(BACKFILL_DAG, run["dag_run_id"])
+    states = sorted((t["task_id"], t["map_index"], t["state"]) for t in tis)
+    if done["state"] != "success":
+        failed = [t for t in tis if t["state"] == "failed"]
+        logs = "\n".join(client.task_log(BACKFILL_DAG, run["dag_run_id"], t["task_id"], t["try_number"], t["map_index"])[-4000:] for t in failed)
+        pytest.fail(f"backfill run {done['state']}: {states}\n{logs}")
+    print(f"backfill run succeeded in {elapsed:.1f}s: {states}")
+    assert [s for s in states if s[0] == "slice_sequential"] == [("slice_sequential", 0, "success")], states
+    assert ("slice_parallel", -1, "skipped") in states or all(s[2] == "skipped" for s in states if s[0] == "slice_parallel"), states
+    assert ("publish", -1, "success") in states, states
+    assert target_rows(lake) == expected
 
 
 def test_trigger_with_conf_runs_to_success(client: AirflowClient, airflow: AirflowDeployment) -> None:
@@ -100,21 +169,43 @@ def test_trigger_with_conf_runs_to_success(client: AirflowClient, airflow: Airfl
     assert SECRET not in conn_log
 
 
+GOOD = {"start": INCIDENT_START.isoformat(), "end": INCIDENT_END.isoformat()}
+
+
 @pytest.mark.parametrize(
-    ("conf", "reason"),
+    ("change", "reason"),
     [
+        ({"start": "2026-11-01T01:00:00"}, "Invalid input for param start: '2026-11-01T01:00:00' does not match"),
         ({"mode": "banana"}, "Invalid input for param mode: 'banana' is not one of ['sequential', 'parallel']"),
-        ({"slices": 0}, "Invalid input for param slices: 0 is less than the minimum of 1"),
-        ({"slices": "two"}, "Invalid input for param slices: 'two' is not of type 'integer'"),
+        ({"max_misalignment_threshold": "0s"}, "Invalid input for param max_misalignment_threshold: '0s' does not match"),
+        ({"sources": ["nope"]}, "Invalid input for param sources: 'nope' is not one of ['playbacks']"),
+        ({"min_match": 101}, "Invalid input for param min_match: 101 is greater than the maximum of 100"),
     ],
+    ids=["naive-start", "unknown-mode", "zero-threshold", "unknown-source", "min-match-over-100"],
 )
-def test_bad_params_refused_by_the_api(client: AirflowClient, conf: dict[str, object], reason: str) -> None:
-    before = client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns").json()["total_entries"]
-    resp = client.trigger_response(DAG_ID, conf=conf)
+def test_bad_backfill_params_refused_by_the_api(client: AirflowClient, lake: dict[str, Any], change: dict[str, Any], reason: str) -> None:
+    before = client.request("GET", f"/api/v2/dags/{BACKFILL_DAG}/dagRuns").json()["total_entries"]
+    rows = target_rows(lake)
+    resp = client.trigger_response(BACKFILL_DAG, conf={**GOOD, **change})
     assert resp.status_code == 400, resp.text
     assert reason in resp.json()["detail"], resp.text
-    after = client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns").json()["total_entries"]
+    after = client.request("GET", f"/api/v2/dags/{BACKFILL_DAG}/dagRuns").json()["total_entries"]
     assert after == before, "a refused trigger must not create a dag run"
+    assert target_rows(lake) == rows
+
+
+def test_end_before_start_fails_the_first_task_and_writes_nothing(client: AirflowClient, lake: dict[str, Any]) -> None:
+    rows = target_rows(lake)
+    conf = {"start": INCIDENT_END.isoformat(), "end": INCIDENT_START.isoformat()}
+    run = client.trigger(BACKFILL_DAG, conf=conf)  # each value is valid alone: the schema accepts it
+    done = client.wait_for_run(BACKFILL_DAG, run["dag_run_id"], timeout=180, interval=2)
+    assert done["state"] == "failed"
+    states = {(t["task_id"], t["map_index"]): t["state"] for t in client.task_instances(BACKFILL_DAG, run["dag_run_id"])}
+    assert states[("snapshot", -1)] == "failed", states
+    assert not [k for k, v in states.items() if v == "success"], states
+    log = client.task_log(BACKFILL_DAG, run["dag_run_id"], "snapshot")
+    assert f"backfill parameter end: '{INCIDENT_START.isoformat()}' is not after start" in log, log[-3000:]
+    assert target_rows(lake) == rows
 
 
 def test_connection_created_through_rest_is_stored_without_exposing_password(client: AirflowClient) -> None:
