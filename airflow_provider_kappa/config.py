@@ -178,7 +178,7 @@ class _Section:
     def key(self, name: str) -> str:
         return f"{self.where}.{name}" if self.where else name
 
-    def str(self, name: str, default: str | None = None, *, required: bool = True) -> str:
+    def text(self, name: str, default: str | None = None, *, required: bool = True) -> str:
         if name not in self.data or self.data[name] is None:
             if default is not None or not required:
                 return default  # type: ignore[return-value]
@@ -202,7 +202,7 @@ def _name(value: str, where: str) -> str:
 
 
 def _table(sec: _Section) -> str:
-    table = sec.str("table")
+    table = sec.text("table")
     if not _TABLE.match(table):
         raise KappaConfigError(f"{sec.key('table')}: {table!r} must be 'namespace.table'")
     return table
@@ -272,20 +272,20 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         "job",
         {"name", "application", "checkpoint_root", "spark_conf", "master", "live_trigger", "staging_namespace"},
     )
-    application = Path(j.str("application"))
+    application = Path(j.text("application"))
     if not application.is_absolute():
         application = (path.parent / application).resolve()
-    checkpoint_root = j.str("checkpoint_root")
+    checkpoint_root = j.text("checkpoint_root")
     if "://" not in checkpoint_root and not Path(checkpoint_root).is_absolute():
         checkpoint_root = str((path.parent / checkpoint_root).resolve())
     job = JobSection(
-        name=_name(j.str("name"), "job.name"),
+        name=_name(j.text("name"), "job.name"),
         application=application,
         checkpoint_root=checkpoint_root,
         spark_conf=j.mapping("spark_conf"),
-        master=j.str("master", "local[*]"),
+        master=j.text("master", "local[*]"),
         live_trigger=parse_duration(j.data.get("live_trigger", "10s"), "job.live_trigger"),
-        staging_namespace=_name(j.str("staging_namespace", "kappa_staging"), "job.staging_namespace"),
+        staging_namespace=_name(j.text("staging_namespace", "kappa_staging"), "job.staging_namespace"),
     )
 
     catalogs: dict[str, CatalogConfig] = {}
@@ -299,7 +299,7 @@ def parse_config(raw: object, path: Path) -> JobConfig:
             raise KappaConfigError(f"{where}: expected pyiceberg properties or {{conn_id: ...}}, got {body!r}")
         if "conn_id" in body:
             sec = _Section(body, where, {"conn_id"})
-            catalogs[str(cname)] = CatalogConfig(str(cname), conn_id=sec.str("conn_id"))
+            catalogs[str(cname)] = CatalogConfig(str(cname), conn_id=sec.text("conn_id"))
         else:
             catalogs[str(cname)] = CatalogConfig(str(cname), properties=_props(body, where))
 
@@ -320,11 +320,11 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         where = f"sinks.{kname}"
         _name(str(kname), where)
         sec = _Section(body, where, {"type", "catalog", "table", "time_column"})
-        stype = sec.str("type", "iceberg")
+        stype = sec.text("type", "iceberg")
         if stype != "iceberg":
             raise KappaConfigError(f"{where}.type: {stype!r} is not a sink type; allowed: ['iceberg']")
         sinks[str(kname)] = IcebergSinkConfig(
-            name=str(kname), catalog=sec.str("catalog"), table=_table(sec), time_column=sec.str("time_column")
+            name=str(kname), catalog=sec.text("catalog"), table=_table(sec), time_column=sec.text("time_column")
         )
 
     backfill = _backfill_defaults(top.data.get("backfill"))
@@ -351,15 +351,15 @@ def _source(name: str, body: object, where: str) -> SourceConfig:
         cands = sec.data.get("candidates")
         if not isinstance(cands, list) or not cands or not all(isinstance(c, str) for c in cands):
             raise KappaConfigError(f"{where}.candidates: {cands!r} must be a non-empty list of source names")
-        return DynamicSourceConfig(name=name, selected=sec.str("selected"), candidates=tuple(cands))
+        return DynamicSourceConfig(name=name, selected=sec.text("selected"), candidates=tuple(cands))
     if stype == "iceberg":
         sec = _Section(body, where, {"type", "catalog", "table", "ingestion_column", "max_misalignment_threshold"})
         threshold = sec.data.get("max_misalignment_threshold")
         return IcebergSourceConfig(
             name=name,
-            catalog=sec.str("catalog"),
+            catalog=sec.text("catalog"),
             table=_table(sec),
-            ingestion_column=sec.str("ingestion_column"),
+            ingestion_column=sec.text("ingestion_column"),
             max_misalignment_threshold=None
             if threshold is None
             else parse_duration(threshold, f"{where}.max_misalignment_threshold"),
@@ -376,11 +376,11 @@ def _source(name: str, body: object, where: str) -> SourceConfig:
         sec.data["topics"] = topics
         return KafkaSourceConfig(
             name=name,
-            topics=sec.str("topics"),
-            bootstrap_servers=sec.str("bootstrap_servers"),
-            schema=sec.str("schema", required=False),
-            ingestion_column=sec.str("ingestion_column", required=False),
-            starting_offsets=sec.str("starting_offsets", "latest"),
+            topics=sec.text("topics"),
+            bootstrap_servers=sec.text("bootstrap_servers"),
+            schema=sec.text("schema", required=False),
+            ingestion_column=sec.text("ingestion_column", required=False),
+            starting_offsets=sec.text("starting_offsets", "latest"),
             options=sec.mapping("options"),
         )
     raise KappaConfigError(f"{where}.type: {stype!r} is not a source type; allowed: ['dynamic', 'iceberg', 'kafka']")
@@ -390,7 +390,7 @@ def _backfill_defaults(body: object) -> BackfillDefaults:
     if body is None:
         return BackfillDefaults()
     sec = _Section(body, "backfill", {"slice", "warmup", "tail", "mode", "min_match"})
-    mode = sec.str("mode", "sequential")
+    mode = sec.text("mode", "sequential")
     if mode not in ("sequential", "parallel"):
         raise KappaConfigError(f"backfill.mode: {mode!r} is not a mode; allowed: ['sequential', 'parallel']")
     min_match = sec.data.get("min_match", 0.0)

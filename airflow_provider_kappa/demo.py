@@ -47,6 +47,7 @@ class DemoOptions:
     :param threshold: ``max_misalignment_threshold`` of the backfill. The default, the lake's
         landing interval, cuts micro-batches where live did: output equal to live row for row.
     :param slice: slice length.
+    :param landing: the lake's landing interval (ingestion time per landed file and snapshot).
     """
 
     workdir: Path
@@ -55,8 +56,9 @@ class DemoOptions:
     seed: int = 7
     jobs: tuple[str, ...] = JOBS
     modes: tuple[str, ...] = MODES
-    threshold: str = "2min"
+    threshold: str = "5min"
     slice: str = "1h"
+    landing: str = "5min"
 
 
 @dataclass
@@ -103,6 +105,25 @@ def airflow_environment(workdir: Path) -> dict[str, str]:
     }
 
 
+DAG_FILE = """\
+# Written by kappa demo: one backfill DAG per example job, built from its kappa.yaml.
+from airflow_provider_kappa.dag import kappa_backfill_dag
+
+{lines}
+"""
+
+
+def write_dag_file(env: dict[str, str], jobs: tuple[str, ...]) -> Path:
+    """Write the demo's DAG file into the Airflow home's dags folder (``dag.test()`` runs a DAG
+    the DAG processor can find there)."""
+    lines = "\n".join(
+        f"dag_{job} = kappa_backfill_dag({str(EXAMPLES / job / 'kappa.yaml')!r})" for job in jobs
+    )
+    path = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "kappa_demo_dags.py"
+    path.write_text(DAG_FILE.format(lines=lines))
+    return path
+
+
 def init_airflow(env: dict[str, str]) -> None:
     """Apply ``env`` to this process and create Airflow's metadata DB (``airflow db migrate``)."""
     os.environ.update(env)
@@ -137,11 +158,17 @@ def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoRepor
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
     say(f"[1/5] Airflow home and metadata DB in {workdir / 'airflow'}")
-    init_airflow(airflow_environment(workdir))
+    env = airflow_environment(workdir)
+    init_airflow(env)
+    write_dag_file(env, opts.jobs)
 
     from airflow_provider_kappa.lakegen import LakeSpec, generate_lake, local_catalog
 
-    spec = LakeSpec(hours=opts.hours, rate=opts.rate, seed=opts.seed)
+    from airflow_provider_kappa.timeparse import parse_duration
+
+    spec = LakeSpec(
+        hours=opts.hours, rate=opts.rate, seed=opts.seed, landing_interval=parse_duration(opts.landing, "--landing")
+    )
     catalog = local_catalog(lake_dir)
     lake = generate_lake(catalog, spec)
     say(
@@ -222,7 +249,7 @@ def _incident(catalog: Any, job: str, start: datetime, end: datetime) -> int:
     idx = kept.schema.get_field_index(column)
     corrupted = kept.set_column(idx, column, pc.add(kept[column], pa.scalar(1, type=kept.schema.field(column).type)))
     replace_window(table, corrupted, time_column, start, end)
-    return rows.num_rows
+    return int(rows.num_rows)
 
 
 def _backfill_and_compare(
@@ -248,7 +275,7 @@ def _backfill_and_compare(
         "tail": "15min",
         "min_match": 0,
     }
-    dag = kappa_backfill_dag(str(config), dag_id=f"kappa_demo_{job}_{mode}")
+    dag = kappa_backfill_dag(str(config))  # the same DAG the demo's DAG file defines
     began = time.monotonic()
     run = dag.test(run_conf=conf)
     seconds = time.monotonic() - began
@@ -310,7 +337,7 @@ def _compare(catalog: Any, table_name: str, time_column: str, reference: int, st
     matched, only_backfill, only_live, _, _ = compare_rows(published, live, 5)
     denominator = max(published.num_rows, live.num_rows)
     hours = [
-        HourCount(hour=str(h.hour), live=int(h.target_rows), backfill=int(h.staged_rows))
+        HourCount(hour=str(h.hour), live=int(h.target), backfill=int(h.staged))
         for h in hourly_counts(published, live, time_column)
     ]
     return {

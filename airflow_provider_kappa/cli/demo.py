@@ -16,8 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7, help="lake generator seed (default 7)")
     parser.add_argument("--jobs", default=",".join(JOBS), help=f"example jobs, comma separated (default {','.join(JOBS)})")
     parser.add_argument("--modes", default=",".join(MODES), help=f"backfill modes (default {','.join(MODES)})")
+    parser.add_argument("--landing", default="5min", help="landing interval of the generated lake (default 5min)")
     parser.add_argument(
-        "--max-misalignment", default="2min", help="backfill threshold (default 2min, the landing interval: exact)"
+        "--max-misalignment",
+        default=None,
+        help="backfill threshold (default: the landing interval, which reproduces live micro-batches exactly)",
     )
     parser.add_argument("--slice", default="1h", help="slice length (default 1h)")
 
@@ -33,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         jobs=tuple(j for j in args.jobs.split(",") if j),
         modes=tuple(m for m in args.modes.split(",") if m),
-        threshold=args.max_misalignment,
+        threshold=args.max_misalignment or args.landing,
+        landing=args.landing,
         slice=args.slice,
     )
     run_demo(opts)

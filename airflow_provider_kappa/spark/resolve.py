@@ -7,7 +7,7 @@ import json
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.datasource import SHORT_NAME, KappaIcebergDataSource
@@ -56,6 +56,7 @@ def iceberg_source_options(settings: RunSettings, src: IcebergSourceSettings) ->
     (see :func:`catalog_options`), so they stay out of plans and logs.
     """
     opts: dict[str, str] = {
+        **src.options,  # extra reader options (spark.kappa.source.<src>.option.*); never override these:
         "catalog": src.catalog,
         "table": src.table,
         "ingestion_column": src.ingestion_column,

@@ -19,7 +19,9 @@ Keys (``<src>`` is the name the job passes to ``read_source``, ``<sink>`` to ``w
     spark.kappa.source.<src>.candidate    the concrete source chosen for <src>
     spark.kappa.source.<src>.catalog / .table / .ingestion_column / .snapshot_id   (iceberg)
     spark.kappa.source.<src>.topics / .bootstrap_servers / .schema / .starting_offsets
-    spark.kappa.source.<src>.option.<k>   extra Kafka source options (kafka)
+    spark.kappa.source.<src>.option.<k>   extra source options (Kafka source options; kappa_iceberg
+                                          reader options such as max_files_per_batch, which never
+                                          override the ones read_source computes)
     spark.kappa.sink.<sink>.catalog / .table / .time_column     the target table
     spark.kappa.sink.<sink>.write_table   table the query writes (staging in a backfill)
     spark.kappa.sink.<sink>.owns.start / .owns.end   time_column range this run owns (backfill)
@@ -55,6 +57,7 @@ class IcebergSourceSettings:
     table: str
     ingestion_column: str
     snapshot_id: int | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ def load_settings(conf: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> 
                 table=s["table"],
                 ingestion_column=s["ingestion_column"],
                 snapshot_id=snapshot_id,
+                options={k[len("option.") :]: v for k, v in s.items() if k.startswith("option.")},
             )
         elif stype == "kafka":
             for req in ("topics", "bootstrap_servers"):
