@@ -439,7 +439,6 @@ def read_partition(partition: FilePartition, spark_schema: StructType) -> Iterat
     :param spark_schema: the stream's schema.
     """
     import pyarrow as pa
-    from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, LessThan
     from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.table import FileScanTask
@@ -450,11 +449,7 @@ def read_partition(partition: FilePartition, spark_schema: StructType) -> Iterat
     metadata = _metadata(ctx.metadata_json)
     io = _file_io(tuple(sorted(ctx.io_properties.items())), ctx.location)
     projected = metadata.schema().select(*ctx.columns, case_sensitive=True)
-    row_filter: BooleanExpression = AlwaysTrue()
-    if partition.start_micros is not None:
-        row_filter = And(row_filter, GreaterThanOrEqual(ctx.ingestion_column, partition.start_micros))
-    if partition.end_micros is not None:
-        row_filter = And(row_filter, LessThan(ctx.ingestion_column, partition.end_micros))
+    row_filter = scan_plan.range_filter(ctx.ingestion_column, partition.start_micros, partition.end_micros)
     tasks = []
     for span in partition.files:
         data_file = DataFile.from_args(
@@ -532,7 +527,7 @@ class KappaIcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return self._driver().partitions(start, end)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, FilePartition):
             raise KappaSourceError(f"kappa_iceberg: unexpected partition type {type(partition).__name__}")
         return read_partition(partition, self.schema)
@@ -542,6 +537,17 @@ class KappaIcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def stop(self) -> None:
         self._state = None
+
+
+def _field(offset: dict[str, Any], key: str, mode: str) -> int:
+    """``offset[key]`` as an int, or a clear error for an offset written by another mode/source."""
+    try:
+        return int(offset[key])
+    except (KeyError, TypeError, ValueError) as e:
+        raise KappaSourceError(
+            f"kappa_iceberg ({mode} mode): offset {offset!r} from the checkpoint has no integer {key!r}; "
+            "it was written by another source or mode: use a fresh checkpoint"
+        ) from e
 
 
 def _caps(limit: ReadLimit) -> dict[str, int | None]:
@@ -606,7 +612,7 @@ class _BoundedState:
         return {"pos": self.start}
 
     def latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        pos = max(int(start["pos"]), self.start)
+        pos = max(_field(start, "pos", BOUNDED), self.start)
         grid_end = scan_plan.grid_batch_end(pos, self.presence, self.opts.threshold_micros, self.end)
         if grid_end is None:
             return start
@@ -622,8 +628,8 @@ class _BoundedState:
         """Nothing to record: the pinned snapshot and ``read_end`` already bound the query."""
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[FilePartition]:
-        lo = max(int(start["pos"]), self.start)
-        hi = min(int(end["pos"]), self.end)
+        lo = max(_field(start, "pos", BOUNDED), self.start)
+        hi = min(_field(end, "pos", BOUNDED), self.end)
         if lo >= hi:
             return []
         spans = self.index.between(lo, hi)
@@ -654,7 +660,7 @@ class _TailState:
         return self._offset(_NO_SNAPSHOT, _NO_SNAPSHOT)
 
     def _after(self, start: dict[str, Any], upto: int | None) -> list[scan_plan.SnapshotRef]:
-        after = int(start["snapshot_id"])
+        after = _field(start, "snapshot_id", TAIL)
         return scan_plan.snapshots_after(self.table, None if after == _NO_SNAPSHOT else after, upto)
 
     def latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
@@ -688,8 +694,8 @@ class _TailState:
         self.target = current.snapshot_id if current is not None else None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[FilePartition]:
-        end_id = int(end["snapshot_id"])
-        if end_id == _NO_SNAPSHOT or end_id == int(start["snapshot_id"]):
+        end_id = _field(end, "snapshot_id", TAIL)
+        if end_id == _NO_SNAPSHOT or end_id == _field(start, "snapshot_id", TAIL):
             return []
         if self.table.snapshot_by_id(end_id) is None:
             self.table = self.table.refresh()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from airflow_provider_kappa.exceptions import KappaSourceError
 
 if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
     from pyiceberg.manifest import DataFile, ManifestEntry, ManifestFile
     from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
@@ -252,7 +253,8 @@ def _span(df: DataFile, fid: int, derive: dict[int, Any]) -> FileSpan | None:
     lo_raw = lowers.get(fid)
     hi_raw = uppers.get(fid)
     spec_id = df.spec_id or 0
-    partition = tuple(df.partition) if df.partition is not None else ()
+    record = df.partition
+    partition: tuple[Any, ...] = tuple(record[i] for i in range(len(record))) if record is not None else ()
     lo: int | None = _I64.unpack(lo_raw)[0] if lo_raw is not None and len(lo_raw) == 8 else None
     hi: int | None = _I64.unpack(hi_raw)[0] if hi_raw is not None and len(hi_raw) == 8 else None
     if lo is None or hi is None:
@@ -281,14 +283,10 @@ def _manifest_filter(
     schema: Schema, specs: dict[int, PartitionSpec], column: str, start: int | None, end: int | None
 ) -> Any:
     """A predicate on manifests: ``False`` when partition summaries exclude ``[start, end)``."""
-    from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, LessThan
+    from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.expressions.visitors import inclusive_projection, manifest_evaluator
 
-    expr: BooleanExpression = AlwaysTrue()
-    if start is not None:
-        expr = And(expr, GreaterThanOrEqual(column, start))
-    if end is not None:
-        expr = And(expr, LessThan(column, end))
+    expr = range_filter(column, start, end)
     if isinstance(expr, AlwaysTrue):
         return lambda _m: True
     evaluators = {
@@ -296,6 +294,24 @@ def _manifest_filter(
         for spec_id, spec in specs.items()
     }
     return lambda m: evaluators[m.partition_spec_id](m) if m.partition_spec_id in evaluators else True
+
+
+def range_filter(column: str, start_micros: int | None, end_micros: int | None) -> BooleanExpression:
+    """The pyiceberg row filter ``start <= column < end`` (``None`` ends are open).
+
+    :param column: the ingestion column.
+    :param start_micros: inclusive start, epoch microseconds.
+    :param end_micros: exclusive end, epoch microseconds.
+    """
+    from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThan, Reference
+    from pyiceberg.expressions.literals import literal
+
+    expr: BooleanExpression = AlwaysTrue()
+    if start_micros is not None:
+        expr = And(expr, GreaterThanOrEqual(term=Reference(column), value=literal(start_micros)))
+    if end_micros is not None:
+        expr = And(expr, LessThan(term=Reference(column), value=literal(end_micros)))
+    return expr
 
 
 def _partition_bounds_fn(spec: PartitionSpec, fid: int) -> Any:
@@ -369,7 +385,10 @@ def snapshots_after(table: Table, after_snapshot_id: int | None, upto_snapshot_i
             break
         summary = snap.summary
         op = summary.operation.value if summary is not None else "append"
-        get = (lambda k: int(summary.get(k) or 0)) if summary is not None else (lambda k: 0)
+
+        def get(key: str, summary: Any = summary) -> int:
+            return int(summary.get(key) or 0) if summary is not None else 0
+
         chain.append(
             SnapshotRef(
                 snapshot_id=snap.snapshot_id,
@@ -510,7 +529,7 @@ class SpanIndex:
         ordered = sorted(spans, key=FileSpan.sort_key)
         self.unbounded = [s for s in ordered if not s.bounded]
         self.bounded = [s for s in ordered if s.bounded]
-        self.lowers = [s.lower_micros for s in self.bounded]
+        self.lowers = [s.lower_micros if s.lower_micros is not None else 0 for s in self.bounded]
         running: list[int] = []
         top = -(2**63)
         for s in self.bounded:
@@ -529,7 +548,7 @@ class SpanIndex:
         """Spans that may hold rows in ``[start_micros, end_micros)``: unknown bounds first,
         then by lower bound."""
         first = bisect.bisect_left(self.max_upper, start_micros)
-        stop = bisect.bisect_left(self.lowers, end_micros)  # type: ignore[arg-type]
+        stop = bisect.bisect_left(self.lowers, end_micros)
         found = [s for s in self.bounded[first:stop] if s.upper_micros is not None and s.upper_micros >= start_micros]
         return [s for s in self.unbounded if s.intersects(start_micros, end_micros)] + found
 
