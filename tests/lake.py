@@ -156,15 +156,24 @@ INCIDENT_END = T0 + timedelta(hours=3)
 def seed_sessions_incident(catalog: Any, source: str = "raw.playbacks", target: str = "prod.playback_sessions") -> list[dict[str, Any]]:
     """A tiny playback lake with an incident: ``source`` holds playbacks from 00:00 to 03:50; ``target``
     holds the sessionizer's correct rows outside [01:00, 03:00) and wrong ones inside (a session
-    missing, one with a wrong count, one spurious). Sessions stay short (under 10 minutes), one
-    crosses 02:00, and playbacks go on until 03:50 so every session in the window is closed by
-    the watermark within a 45-minute tail.
+    missing, one with a wrong count, one spurious). Sessions stay short (under 10 minutes); some
+    cross 01:00, 02:00 and 03:00; playbacks go on until 03:50 so every session in the window is
+    closed by the watermark within a 45-minute tail (a 30-minute warmup covers the one at 01:00).
 
     :returns: the rows the target must hold after a correct backfill of the window.
     """
     import pyarrow as pa
 
-    minutes = {7: list(range(0, 231, 10)), 1: [70, 72, 74, 140, 141], 2: [100, 104, 160, 162, 165], 3: [117, 121], 4: [50, 53]}
+    # account 7 plays every 10 minutes; 3's session crosses 02:00 (a slice boundary), 5's cross 01:00
+    # (begun in the warmup: not in the window) and 03:00 (begun in the window, ends after it)
+    minutes = {
+        7: list(range(0, 231, 10)),
+        1: [70, 72, 74, 140, 141],
+        2: [100, 104, 160, 162, 165],
+        3: [117, 121],
+        4: [50, 53],
+        5: [58, 62, 178, 181],
+    }
     events = [
         event(1000 * account + m, T0 + timedelta(minutes=m), account=account, show=account)
         for account, ms in minutes.items()
