@@ -203,6 +203,7 @@ def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoRepor
     report = _report(opts, lake, outcomes, live_seconds, window_start, window_end, time.monotonic() - began)
     html_path = report.write_html(workdir / "report.html")
     (workdir / "report.txt").write_text(report.to_text() + "\n")
+    (workdir / "report.json").write_text(json.dumps([_outcome_json(o) for o in outcomes], indent=2, default=str))
     say("[5/5] report")
     say(report.to_text())
     say(f"\nHTML report: {html_path}")
@@ -347,6 +348,22 @@ def _compare(catalog: Any, table_name: str, time_column: str, reference: int, st
         "only_live": only_live,
         "only_backfill": only_backfill,
         "hours": hours,
+    }
+
+
+def _outcome_json(o: JobOutcome) -> dict[str, Any]:
+    return {
+        "job": o.job,
+        "mode": o.mode,
+        "seconds": round(o.seconds, 1),
+        "slices": len(o.slices),
+        "rows_read": sum(s.rows_read for s in o.slices),
+        "match_rate": o.match_rate,
+        "reference_rows": o.reference_rows,
+        "published_rows": o.published_rows,
+        "only_live": o.only_live,
+        "only_backfill": o.only_backfill,
+        "peak_state_rows": o.state_rows,
     }
 
 

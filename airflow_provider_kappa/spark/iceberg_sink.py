@@ -121,6 +121,8 @@ class SinkOptions:
     backfill_id: str | None = None
     checkpoint: str | None = None
     fail_after_commit_batch: int | None = None
+    owns_start_micros: int | None = None
+    owns_end_micros: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -148,6 +150,8 @@ class SinkOptions:
             backfill_id=opts.get("backfill_id") or None,
             checkpoint=opts.get("checkpointlocation") or None,
             fail_after_commit_batch=fail_batch,
+            owns_start_micros=_micros_option(opts, "owns_start_micros"),
+            owns_end_micros=_micros_option(opts, "owns_end_micros"),
         )
 
 
@@ -196,6 +200,9 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         if not batches:
             return KappaCommitMessage()
         rows = pa.Table.from_batches(batches).select(self._arrow_schema.names).cast(self._arrow_schema)
+        rows = self._owned(rows)
+        if not rows.num_rows:
+            return KappaCommitMessage()
         io = load_file_io(self._io_properties, self._metadata.location)
         written: list[WireDataFile] = []
         try:
@@ -206,6 +213,27 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
                 io.delete(wire.file_path)
             raise
         return KappaCommitMessage(files=written, rows=rows.num_rows)
+
+    def _owned(self, rows: pa.Table) -> pa.Table:
+        """Only the rows whose ``time_column`` lies in the range this run owns (backfill).
+
+        Done here, on the query's output, rather than as a filter in the job's plan: Spark's
+        optimizer pushes a filter on a grouping column below the aggregation, which for a
+        session window drops input events and so changes the sessions themselves.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        lo, hi = self._opts.owns_start_micros, self._opts.owns_end_micros
+        if lo is None and hi is None:
+            return rows
+        ts = pc.cast(rows[self._opts.time_column], pa.timestamp("us", tz="UTC"))
+        keep = pc.is_valid(ts)
+        if lo is not None:
+            keep = pc.and_(keep, pc.greater_equal(ts, pa.scalar(lo, type=pa.timestamp("us", tz="UTC"))))
+        if hi is not None:
+            keep = pc.and_(keep, pc.less(ts, pa.scalar(hi, type=pa.timestamp("us", tz="UTC"))))
+        return rows.filter(keep)
 
     # ---- driver --------------------------------------------------------------------
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
@@ -301,6 +329,16 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
             props[BACKFILL_ID] = self._opts.backfill_id
         return props
 
+
+
+def _micros_option(opts: Mapping[str, str], key: str) -> int | None:
+    value = opts.get(key)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError as e:
+        raise KappaConfigError(f"kappa_iceberg writer: option {key!r} is {value!r}; expected epoch microseconds") from e
 
 
 def _delete(table: Table, files: Sequence[WireDataFile]) -> None:

@@ -140,30 +140,15 @@ def sink_writer_options(settings: RunSettings, sink: SinkSettings) -> dict[str, 
     }
     if sink.slice_id is not None:
         opts["slice"] = sink.slice_id
+    if sink.owns_start is not None:
+        opts["owns_start_micros"] = str(to_micros(sink.owns_start))
+    if sink.owns_end is not None:
+        opts["owns_end_micros"] = str(to_micros(sink.owns_end))
     if settings.backfill_id is not None:
         opts["backfill_id"] = settings.backfill_id
     digest = hashlib.sha1(settings.checkpoint.encode()).hexdigest()[:12]
     opts["writer_id"] = f"{settings.job}/{sink.name}/{digest}"
     return opts
-
-
-def _keep_owned(df: DataFrame, sink: SinkSettings) -> DataFrame:
-    """Keep the output rows whose ``time_column`` is in the run's owned range.
-
-    The filter must stay above the job's own operators. A plain filter on a grouping column is
-    pushed below the aggregation by Spark's optimizer; for a session window that drops the
-    *input events* outside the range (a session begun before ``owns.start`` in the warmup, or
-    one continuing past ``owns.end``), which changes the sessions themselves. A condition with
-    a nondeterministic term (``rand() * 0``, always 0) is never pushed down or split.
-    """
-    owned = F.lit(True)
-    if sink.owns_start is not None:
-        owned = owned & (F.col(sink.time_column) >= F.lit(sink.owns_start))
-    if sink.owns_end is not None:
-        owned = owned & (F.col(sink.time_column) < F.lit(sink.owns_end))
-    if sink.owns_start is None and sink.owns_end is None:
-        return df
-    return df.filter((F.rand(0) * 0 + owned.cast("double")) >= 1)
 
 
 def write_sink(df: DataFrame, name: str) -> StreamingQuery:
@@ -172,7 +157,6 @@ def write_sink(df: DataFrame, name: str) -> StreamingQuery:
     settings = settings_of(spark)
     sink = settings.sink(name)
     _register(spark)
-    df = _keep_owned(df, sink)
     writer = (
         df.writeStream.format(SHORT_NAME)
         .options(**sink_writer_options(settings, sink))
