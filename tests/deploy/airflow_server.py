@@ -288,7 +288,7 @@ class AirflowClient:
             resp = self.http.get(f"/api/v2/dags/{dag_id}")
             return dict(resp.json()) if resp.status_code == 200 else None
 
-        return self._wait(parsed, timeout, f"DAG {dag_id!r} to be parsed", fail_fast=(DeploymentError,))
+        return dict(self._wait(parsed, timeout, f"DAG {dag_id!r} to be parsed", fail_fast=(DeploymentError,)))
 
     def unpause(self, dag_id: str) -> dict[str, Any]:
         """PATCH ``/api/v2/dags/{dag_id}`` with ``is_paused: false``.
@@ -351,7 +351,7 @@ class AirflowClient:
             return run if run.get("state") in TERMINAL_RUN_STATES else None
 
         try:
-            return self._wait(finished, timeout, f"run {run_id!r} of {dag_id!r} to finish", interval=interval)
+            return dict(self._wait(finished, timeout, f"run {run_id!r} of {dag_id!r} to finish", interval=interval))
         except DeploymentTimeout as e:
             states = [(t["task_id"], t.get("map_index"), t.get("state")) for t in self.task_instances(dag_id, run_id)]
             raise DeploymentTimeout(f"{e}\ntask instances: {states}") from e
