@@ -32,6 +32,8 @@ def spark() -> Iterator[object]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        # a loaded 2-core machine can take long to start a Python worker
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     yield session
