@@ -151,3 +151,35 @@ def test_serialized_params_are_what_the_api_server_and_form_use(lake: Path) -> N
     with pytest.raises(ParamValidationError, match="Invalid input for param start: No value passed"):
         served.deep_merge({"end": RUN_CONF["end"]}).validate()
     assert served.deep_merge(RUN_CONF).validate()["slice"] == "2h"
+
+
+def test_a_failed_sequential_slice_stops_the_slices_after_it(
+    lake: Path,
+    catalog: Any,
+    tmp_path: Path,
+    catalog_props: dict[str, str],
+    airflow_db: None,  # noqa: F811
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Slice 0 fails for good (its application is missing): slice 1 never runs Spark and fails
+    naming slice 0, whether Airflow picked it before (it waits) or after slice 0."""
+    from airflow_env import write_job_config
+
+    from airflow_provider_kappa.dag import kappa_backfill_dag
+
+    seed_sessions_incident(catalog)
+    path = write_job_config(tmp_path, catalog_props)
+    path.write_text(path.read_text().replace(str(REPO / "airflow_provider_kappa" / "examples"), str(tmp_path / "missing")))
+    dag = kappa_backfill_dag(str(path), dag_id="kappa_backfill_playback_sessions")
+    for task in dag.tasks:
+        if task.task_id == "slice_sequential":
+            task.partial_kwargs["wait_interval"] = 2.0  # type: ignore[attr-defined]
+    dr = dag.test(run_conf=RUN_CONF)
+    states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
+    assert dr.state == "failed"
+    assert states[("slice_sequential", 0)] == "failed" and states[("slice_sequential", 1)] == "failed"
+    assert states[("validate", -1)] == "upstream_failed" and states[("publish", -1)] == "upstream_failed"
+    assert not list((tmp_path / "checkpoints").rglob("done/*.json"))
+    out = capfd.readouterr().out
+    assert "playback_sessions.py' does not exist" in out
+    assert "sequential slice s0001 cannot start: slice s0000 (map index 0) is failed" in out
