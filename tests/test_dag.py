@@ -180,6 +180,8 @@ def test_a_failed_sequential_slice_stops_the_slices_after_it(
     assert states[("slice_sequential", 0)] == "failed" and states[("slice_sequential", 1)] == "failed"
     assert states[("validate", -1)] == "upstream_failed" and states[("publish", -1)] == "upstream_failed"
     assert not list((tmp_path / "checkpoints").rglob("done/*.json"))
+    labels = sorted(ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "slice_sequential")
+    assert labels == ["s0000 [2026-11-01 00:30, 2026-11-01 02:00)", "s0001 [2026-11-01 02:00, 2026-11-01 03:45)"]
     out = capfd.readouterr().out
     assert "playback_sessions.py' does not exist" in out
     assert "sequential slice s0001 cannot start: slice s0000 (map index 0) is failed" in out
