@@ -43,6 +43,8 @@ class SliceMetrics:
     :param batch_seconds: time spent in micro-batches.
     :param seconds: wall-clock time of the spark-submit, start-up included.
     :param queries: names of the streaming queries seen.
+    :param peak_state_rows: the most rows held in state after any micro-batch (all stateful
+        operators of a query; the largest over queries), a measure of alignment.
     """
 
     rows_read: int = 0
@@ -52,6 +54,7 @@ class SliceMetrics:
     batch_seconds: float = 0.0
     seconds: float = 0.0
     queries: list[str] = field(default_factory=list)
+    peak_state_rows: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -62,7 +65,7 @@ class SliceMetrics:
         rate = self.rows_read / self.seconds if self.seconds else 0.0
         return (
             f"rows read {self.rows_read}, rows to sink {self.rows_written}, micro-batches {self.batches}, "
-            f"watermark {self.watermark or '-'}, duration {self.seconds:.1f}s "
+            f"watermark {self.watermark or '-'}, peak state rows {self.peak_state_rows}, duration {self.seconds:.1f}s "
             f"(batches {self.batch_seconds:.1f}s), {rate:.0f} rows/s"
         )
 
@@ -115,6 +118,8 @@ def summarize(progress: list[dict[str, Any]], seconds: float) -> SliceMetrics:
         metrics.rows_read += _input_rows(p)
         metrics.rows_written += max(0, int((p.get("sink") or {}).get("numOutputRows") or 0))  # -1: not reported
         metrics.batch_seconds += float(p.get("batchDuration") or 0) / 1000.0
+        state = sum(int(op.get("numRowsTotal") or 0) for op in p.get("stateOperators") or [] if isinstance(op, dict))
+        metrics.peak_state_rows = max(metrics.peak_state_rows, state)
         watermark = (p.get("eventTime") or {}).get("watermark")
         if watermark and watermark != _NO_WATERMARK:
             last_watermark[name] = watermark

@@ -347,6 +347,7 @@ def test_progress_is_summed_from_spark_event_log_records(tmp_path: Path) -> None
             "sink": {"description": "PythonTable", "numOutputRows": out},
             "sources": [{"description": "PythonMicroBatchStreamWithTriggerAvailableNow", "numInputRows": rows,
                          "endOffset": '{"pos": 1793493900000000}'}],
+            "stateOperators": [{"operatorName": "sessionWindowStateStoreSaveExec", "numRowsTotal": rows * 2}],
         }  # fmt: skip
 
     log = tmp_path / "local-1795643662784"
@@ -360,5 +361,5 @@ def test_progress_is_summed_from_spark_event_log_records(tmp_path: Path) -> None
     metrics = summarize(read_progress(tmp_path), 80.0)
     assert (metrics.rows_read, metrics.rows_written, metrics.batches) == (6, 3, 2)
     assert metrics.watermark == "2026-11-01T00:29:59.000Z" and metrics.batch_seconds == 69.099
-    assert metrics.queries == ["kappa_playback_sessions_sessions"]
+    assert metrics.queries == ["kappa_playback_sessions_sessions"] and metrics.peak_state_rows == 8
     assert "rows read 6, rows to sink 3, micro-batches 2" in metrics.to_text()
