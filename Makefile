@@ -5,16 +5,24 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install java clean
+.PHONY: demo test install java chromium clean
 
 demo: $(STAMP)
 	$(BIN)/kappa demo
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	@# pytest exits 5 when it collected no test: that is a failure here.
 	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
 
 install: $(STAMP)
+
+# The UI test drives Debian's chromium headless (no downloaded browser); install it when missing.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the UI test"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing: install it with 'sudo apt-get install -y chromium' and retry."; exit 1; fi; }
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is missing: install it with 'apt-get install -y openjdk-17-jre-headless' and retry."; exit 1; }
