@@ -24,11 +24,13 @@ from typing import Any, Callable
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
 from airflow_provider_kappa.report import DemoReport, HourCount, SliceStat
+from airflow_provider_kappa.timeparse import format_duration
 
 EXAMPLES = Path(__file__).parent / "examples"
 JOBS = ("rmi", "playback_sessions")
 MODES = ("sequential", "parallel")
 MARKER = ".kappa-demo"
+TAIL = timedelta(minutes=15)
 #: The column the simulated buggy deploy corrupts, per example job.
 CORRUPTED_COLUMN = {"rmi": "attributed_plays", "playback_sessions": "plays"}
 
@@ -176,8 +178,10 @@ def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoRepor
         f"snapshots over [{lake.start:%H:%M}, {lake.end:%H:%M}) UTC ({lake.seconds:.1f}s)"
     )
 
+    # the incident: from the second hour to a tail's length before the lake's end (the tail
+    # read after the window then has data, as it would in production)
     window_start = _floor_hour(spec.start) + timedelta(hours=1)
-    window_end = window_start + timedelta(hours=max(1, int(opts.hours) - 2))
+    window_end = spec.end - TAIL
     outcomes: list[JobOutcome] = []
     live_seconds: dict[str, float] = {}
     for job in opts.jobs:
@@ -273,7 +277,7 @@ def _backfill_and_compare(
         "slice": opts.slice,
         "max_misalignment_threshold": opts.threshold,
         "warmup": "30min",
-        "tail": "15min",
+        "tail": format_duration(TAIL),
         "min_match": 0,
     }
     dag = kappa_backfill_dag(str(config))  # the same DAG the demo's DAG file defines
