@@ -128,16 +128,7 @@ class SparkCluster:
         wait_until(lambda: self.state() is not None, timeout=timeout, what=f"the Spark master web UI at {self.webui_url}/json", servers=[self.master])
         self.timings["master_s"] = time.monotonic() - t0
         for i in range(self.workers):
-            self.worker_dir(i).mkdir(parents=True, exist_ok=True)
-            self.worker_procs.append(
-                ServerProcess(
-                    f"spark worker {i}",
-                    [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                     "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-                     "--webui-port", str(free_port()), "--work-dir", str(self.worker_dir(i)), self.master_url],
-                    self.root / "logs" / f"worker-{i}.log", env, cwd=self.root,
-                )
-            )
+            self.worker_procs.append(self._launch_worker(i))
         remaining = max(10.0, timeout - (time.monotonic() - t0))
         wait_until(
             lambda: self.alive_workers() >= self.workers,
@@ -147,6 +138,28 @@ class SparkCluster:
         )
         self.timings["start_total_s"] = time.monotonic() - t0
         return self
+
+    def _launch_worker(self, index: int) -> ServerProcess:
+        self.worker_dir(index).mkdir(parents=True, exist_ok=True)
+        return ServerProcess(
+            f"spark worker {index}",
+            [str(self.home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+             "--cores", str(self.worker_cores), "--memory", self.worker_memory,
+             "--webui-port", str(free_port()), "--work-dir", str(self.worker_dir(index)), self.master_url],
+            self.root / "logs" / f"worker-{index}.log", self.env(), cwd=self.root,
+        )
+
+    def restart_worker(self, index: int, timeout: float = 120.0) -> None:
+        """Start worker ``index`` again after :meth:`kill_worker`; wait until every worker is ALIVE.
+
+        :param index: worker index.
+        :param timeout: seconds.
+        """
+        if self.worker_procs[index].alive():
+            raise DeploymentError(f"spark worker {index} (pid {self.worker_procs[index].pid}) is still running")
+        self.worker_procs[index] = self._launch_worker(index)
+        servers = [s for s in [self.master, *self.worker_procs] if s is not None]
+        wait_until(lambda: self.alive_workers() >= self.workers, timeout=timeout, what=f"worker {index} registered again", servers=servers)
 
     def state(self) -> dict[str, Any] | None:
         """The master's ``/json`` state, or None while it does not answer."""
