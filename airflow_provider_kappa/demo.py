@@ -53,8 +53,8 @@ class DemoOptions:
     """
 
     workdir: Path
-    hours: float = 3.0
-    rate: float = 20.0
+    hours: float = 2.0
+    rate: float = 10.0
     seed: int = 7
     jobs: tuple[str, ...] = JOBS
     modes: tuple[str, ...] = MODES
