@@ -24,7 +24,7 @@ from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sessions_
 import airflow_provider_kappa
 
 from deploy import ServerProcess, wait_until
-from deploy.spark_cluster import SparkCluster, spark_cluster
+from deploy.spark_cluster import SparkCluster, client_conf, spark_cluster
 
 # One task per partition; each task sleeps so that a worker can be killed while tasks run.
 JOB = textwrap.dedent(
@@ -145,17 +145,7 @@ def cluster_job_config(folder: Path, cluster: SparkCluster, lake: Path) -> Path:
     raw["job"]["application"] = str(EXAMPLES / "playback_sessions" / "playback_sessions.py")
     raw["job"]["checkpoint_root"] = str(folder / "checkpoints")
     raw["job"]["master"] = cluster.master_url
-    raw["job"]["spark_conf"] = {
-        "spark.sql.shuffle.partitions": "2",
-        "spark.ui.enabled": "false",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.memory": "512m",
-        "spark.executor.memory": "512m",
-        "spark.executor.cores": "1",
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-    }
+    raw["job"]["spark_conf"] = client_conf()
     raw["catalogs"] = {"lake": {"type": "sql", "uri": f"sqlite:///{lake}/catalog.db", "warehouse": f"file://{lake}/warehouse"}}
     path = folder / "kappa.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))

@@ -193,23 +193,11 @@ class SparkCluster:
 
         :param application: the ``.py`` file.
         :param args: application arguments.
-        :param conf: more ``--conf`` entries (defaults keep executors small and on the venv's Python).
+        :param conf: more ``--conf`` entries (over :func:`client_conf`).
         :param log_path: driver stdout and stderr.
         :param name: name for error messages.
         """
-        settings = {
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.driver.memory": "512m",
-            "spark.executor.memory": "512m",
-            "spark.executor.cores": "1",
-            "spark.pyspark.python": sys.executable,
-            "spark.pyspark.driver.python": sys.executable,
-            "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2",
-        }
-        settings.update(conf or {})
+        settings = {**client_conf(), **(conf or {})}
         argv = [str(self.home / "bin" / "spark-submit"), "--master", self.master_url]
         for key, value in settings.items():
             argv += ["--conf", f"{key}={value}"]
@@ -232,6 +220,29 @@ class SparkCluster:
     def describe(self) -> str:
         """Log tails of the master and workers (for assertion messages)."""
         return "\n".join(s.describe() for s in [*([self.master] if self.master else []), *self.worker_procs])
+
+
+def client_conf() -> dict[str, str]:
+    """Spark conf of a client (driver) of the cluster: the driver on 127.0.0.1, driver and
+    executors at 512m and 1 core, every Python process on the venv's interpreter, no UI, two
+    shuffle partitions. :meth:`SparkCluster.submit` uses it; a job's ``spark_conf`` can too.
+
+    (A module-level function placed after the ``@dataclass`` class, not between the decorator
+    and ``class``: there the decorator would wrap the function and fail at import with
+    ``'function' object has no attribute '__mro__'``.)
+    """
+    return {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.memory": "512m",
+        "spark.executor.memory": "512m",
+        "spark.executor.cores": "1",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+    }
 
 
 @contextmanager
