@@ -161,17 +161,9 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _group_has_live_member(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        # fields[0] is the state, fields[2] the process group id.
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    from deploy.processes import group_pids
+
+    return bool(group_pids(pgid))
 
 
 def wait_until(

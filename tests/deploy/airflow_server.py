@@ -25,7 +25,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import httpx
 
@@ -363,6 +363,34 @@ class AirflowClient:
         :param run_id: the run.
         """
         resp = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})
+        return list(resp.json()["task_instances"])
+
+    def clear_task_instances(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_ids: Sequence[str | tuple[str, int]],
+        *,
+        include_downstream: bool = False,
+    ) -> list[dict[str, Any]]:
+        """POST ``/api/v2/dags/{dag_id}/clearTaskInstances`` for one run (whatever their state):
+        the task instances go back to no state, the run to queued, and the scheduler reruns them.
+
+        :param dag_id: the DAG.
+        :param run_id: the run.
+        :param task_ids: task ids, or ``(task_id, map_index)`` for one mapped task instance.
+        :param include_downstream: clear the tasks downstream of them too.
+        :returns: the task instances cleared.
+        """
+        body = {
+            "dry_run": False,
+            "dag_run_id": run_id,
+            "task_ids": [list(t) if isinstance(t, tuple) else t for t in task_ids],
+            "include_downstream": include_downstream,
+            "only_failed": False,
+            "reset_dag_runs": True,
+        }
+        resp = self.request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", json=body)
         return list(resp.json()["task_instances"])
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:
