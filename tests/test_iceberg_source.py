@@ -365,3 +365,30 @@ def test_direct_parquet_read_gives_exactly_the_rows_of_a_pyiceberg_scan(catalog:
     assert {r[2] for b in full for r in b} == {None, "n2", "n31"}  # old files: note is null
     ctx = reader._driver().context
     assert read_parquet_direct(first_file, ctx, start, end) is None  # 'note' is not in the old file: pyiceberg reads it
+
+
+def test_make_partitions_balances_in_range_bytes_and_keeps_every_file_once_in_order() -> None:
+    """Files straddling the batch start (late rows of the previous cell) weigh only their share
+    of the range, so two tasks get about the same work; every file lands in exactly one task,
+    tasks are contiguous runs of the lower-bound order."""
+    from airflow_provider_kappa.spark.iceberg_source import ReadContext, in_range_bytes, make_partitions
+    from airflow_provider_kappa.spark.scan_plan import FileSpan
+
+    ctx = ReadContext("raw.e", "file:///w", "{}", {}, ("event_id",), "ingestion_ts")
+    a, b = 100 * MIN, 115 * MIN
+
+    def span(i: int, lo: float, hi: float) -> FileSpan:
+        return FileSpan(f"f{i:02d}", "PARQUET", 1000, 1000, int(lo * MIN), int(hi * MIN))
+
+    straddlers = [span(i, 96 + i, 100.9 + i) for i in range(4)]  # files of the previous cell: 18% to 80% of their range inside
+    inside = [span(4 + i, 100 + i, 100.99 + i) for i in range(15)]  # one file per minute of the cell
+    spans = straddlers + inside
+    assert in_range_bytes(straddlers[0], a, b) < 200 and in_range_bytes(inside[0], a, b) == 1000
+    assert in_range_bytes(span(99, 90, 95), a, b) == 1 and in_range_bytes(FileSpan("u", "PARQUET", 1, 500, None, None), a, b) == 500
+    parts = make_partitions(spans, a, b, ctx, 2, 64 << 20)
+    assert [s for p in parts for s in p.files] == spans
+    assert len(parts) == 2 and all(p.start_micros == a and p.end_micros == b for p in parts)
+    work = [sum(in_range_bytes(s, a, b) for s in p.files) for p in parts]
+    assert abs(work[0] - work[1]) <= 1000  # within one file of each other
+    assert len(make_partitions(spans, a, b, ctx, 2, 4000)) == 5  # ~17,000 bytes of work / 4,000 per task
+    assert len(make_partitions(spans[:1], a, b, ctx, 2, 64 << 20)) == 1

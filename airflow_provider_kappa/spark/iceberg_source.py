@@ -416,21 +416,43 @@ def make_partitions(
     min_partitions: int,
     split_bytes: int,
 ) -> list[FilePartition]:
-    """Group files (kept in lower-bound order) into contiguous partitions of about equal bytes:
-    at least ``min(min_partitions, len(spans))``, at most ``split_bytes`` each when possible."""
+    """Group files (kept in lower-bound order) into contiguous partitions of about equal work:
+    at least ``min(min_partitions, len(spans))``, at most ``split_bytes`` each when possible.
+
+    The work of a file is its size times the share of its ingestion range inside
+    ``[start_micros, end_micros)`` (:func:`in_range_bytes`): a file that straddles the batch
+    start (late rows of the previous cell) costs little, since most of its rows are filtered out
+    or skipped by row-group statistics.
+    """
     if not spans:
         return []
-    total = sum(max(s.file_size_in_bytes, 1) for s in spans)
+    weights = [in_range_bytes(s, start_micros, end_micros) for s in spans]
+    total = sum(weights)
     count = min(len(spans), max(min_partitions, -(-total // split_bytes)))
     target = total / count
     groups: list[list[FileSpan]] = [[]]
     acc = 0.0
-    for s in spans:
-        if groups[-1] and acc >= target * len(groups) and len(groups) < count:
+    for s, w in zip(spans, weights):
+        if groups[-1] and acc + w / 2 > target * len(groups) and len(groups) < count:
             groups.append([])
         groups[-1].append(s)
-        acc += max(s.file_size_in_bytes, 1)
+        acc += w
     return [FilePartition(tuple(g), start_micros, end_micros, context) for g in groups if g]
+
+
+def in_range_bytes(span: FileSpan, start_micros: int | None, end_micros: int | None) -> int:
+    """Estimated bytes of ``span`` holding rows in ``[start_micros, end_micros)``: its size times
+    the share of its closed ingestion range ``[lower, upper]`` inside the range (rows assumed
+    spread evenly; the whole size when a bound is unknown); at least 1."""
+    size = max(span.file_size_in_bytes, 1)
+    lo, hi = span.lower_micros, span.upper_micros
+    if lo is None or hi is None or hi <= lo:
+        return size
+    a = lo if start_micros is None else max(lo, start_micros)
+    b = hi if end_micros is None else min(hi, end_micros - 1)
+    if b < a:
+        return 1
+    return max(1, round(size * (b - a + 1) / (hi - lo + 1)))
 
 
 @lru_cache(maxsize=8)
