@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from airflow_provider_kappa.checkpoints import CheckpointStore, backfill_root
 from airflow_provider_kappa.config import IcebergSinkConfig, IcebergSourceConfig, JobConfig
-from airflow_provider_kappa.exceptions import KappaSourceError, KappaValidationError
+from airflow_provider_kappa.exceptions import KappaSinkError, KappaSourceError, KappaValidationError
 from airflow_provider_kappa.params import SEQUENTIAL, BackfillParams, backfill_id, parse_params
 from airflow_provider_kappa.planner import BackfillPlan, SlicePlan, plan_backfill, slice_id
 
@@ -113,16 +113,32 @@ class Backfill:
 
 
 def snapshot(bf: Backfill, *, tag: bool = True, retention: timedelta = DEFAULT_TAG_RETENTION) -> dict[str, int]:
-    """Pin the current snapshot of every source table read, and tag it so that snapshot
-    expiry cannot remove it during the backfill. A rerun with the same parameters finds
-    its tag and reuses the snapshot it pins (its input does not change).
+    """Lock the window of every sink's target (a backfill that publishes; see :func:`lock`), then
+    pin the current snapshot of every source table read, and tag it so that snapshot expiry
+    cannot remove it during the backfill. A rerun with the same parameters finds its lock and
+    its tag, and reuses the snapshot it pins (its input does not change).
 
     :param bf: the backfill.
-    :param tag: create/reuse the tag (``kappa plan`` passes ``False``: it writes nothing).
-    :param retention: ``max-ref-age`` of a new tag.
+    :param tag: lock and create/reuse the tag (``kappa plan`` passes ``False``: it writes nothing).
+    :param retention: ``max-ref-age`` of a new tag, and how long the lock stays live.
     :returns: concrete source name -> snapshot id.
+    :raises KappaConcurrencyError: another backfill holds an overlapping window of a target;
+        nothing was written.
     :raises KappaSourceError: a missing table, or a table without any snapshot (no data).
     """
+    if not (tag and bf.params.publishes):
+        return _pin(bf, tag=tag, retention=retention)
+    _pin(bf, tag=False, retention=retention)  # read only: refuse missing or empty sources before locking
+    taken = lock(bf, retention=retention)
+    try:
+        return _pin(bf, tag=tag, retention=retention)
+    except BaseException:
+        for catalog, table in taken:  # a lock this call took for nothing is given back
+            _release(bf, catalog, table)
+        raise
+
+
+def _pin(bf: Backfill, *, tag: bool, retention: timedelta) -> dict[str, int]:
     from airflow_provider_kappa.spark.catalog import load_table
 
     pinned: dict[str, int] = {}
@@ -163,6 +179,85 @@ def _create_tag(table: Any, snapshot_id: int, name: str, retention: timedelta) -
         ref = table.metadata.refs.get(name)
         if ref is None or ref.snapshot_id != snapshot_id:
             raise KappaSourceError(f"tag {name!r} of {'.'.join(table.name())!r} could not be created: {e}") from e
+
+
+# --------------------------------------------------------------------------- lock
+
+
+def release_command(bf: Backfill) -> str:
+    """The ``kappa backfill`` command that releases ``bf``'s lock (shown to backfills it refuses)."""
+    import shlex
+
+    p = bf.params.to_dict()
+    argv = [
+        "kappa", "backfill", "--config", str(bf.cfg.path), "--start", p["start"], "--end", p["end"],
+        "--mode", p["mode"], "--slice", p["slice"], "--warmup", p["warmup"], "--tail", p["tail"],
+        "--max-misalignment", p["max_misalignment_threshold"], "--sources", ",".join(p["sources"]), "--release-lock",
+    ]  # fmt: skip
+    return shlex.join(argv)
+
+
+def _targets(bf: Backfill) -> list[tuple[str, str]]:
+    """``(catalog, table)`` of every sink target, each once, in a fixed order (no lock-order deadlock)."""
+    return sorted({(sink.catalog, sink.table) for sink in bf.cfg.sinks.values()})
+
+
+def _load_target(bf: Backfill, catalog: str, table: str) -> Any:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return bf.catalog_for(catalog).load_table(table)
+    except NoSuchTableError as e:
+        raise KappaSinkError(
+            f"backfill {bf.id}: target table {table!r} does not exist in catalog {catalog!r}; "
+            "a backfill replaces a window of an existing table"
+        ) from e
+
+
+def lock(bf: Backfill, *, retention: timedelta = DEFAULT_TAG_RETENTION) -> list[tuple[str, str]]:
+    """Lock the window ``[start, end)`` of every sink's target table for ``bf`` (see
+    :mod:`airflow_provider_kappa.lock`): refused when another backfill holds an overlapping
+    window of one of them; re-taking its own lock (rerun, resume, retry) is allowed.
+
+    :param bf: the backfill.
+    :param retention: how long the lock stays live without being released (then it is stale
+        and may be taken over).
+    :returns: ``(catalog, table)`` of the locks this call newly took.
+    :raises KappaConcurrencyError: naming the holder and its window; locks this call took are
+        given back, so a refused backfill leaves nothing behind.
+    """
+    from airflow_provider_kappa.lock import take_lock
+
+    taken: list[tuple[str, str]] = []
+    try:
+        for catalog, table in _targets(bf):
+            _, held = take_lock(
+                _load_target(bf, catalog, table), bf.id, bf.cfg.job.name, bf.params.start, bf.params.end,
+                retention=retention, release=release_command(bf),
+            )  # fmt: skip
+            if not held:
+                taken.append((catalog, table))
+    except BaseException:
+        for catalog, table in taken:
+            _release(bf, catalog, table)
+        raise
+    return taken
+
+
+def _release(bf: Backfill, catalog: str, table: str) -> bool:
+    from airflow_provider_kappa.lock import release_lock
+
+    return release_lock(_load_target(bf, catalog, table), bf.id)
+
+
+def release(bf: Backfill) -> list[str]:
+    """Release ``bf``'s lock on every sink target (publish does it; ``kappa backfill --release-lock``
+    does it for an abandoned backfill). Idempotent.
+
+    :param bf: the backfill.
+    :returns: the tables whose lock was removed.
+    """
+    return [table for catalog, table in _targets(bf) if _release(bf, catalog, table)]
 
 
 # --------------------------------------------------------------------------- plan
@@ -264,6 +359,8 @@ def run_slice(
         checkpoint=checkpoint,
         sources=bf.params.sources,
     )
+    if slice_is_empty(sp):
+        return _skip_slice(bf, sp, store, nxt)
     catalogs = sorted({s.catalog for s in bf.sources().values()} | {k.catalog for k in bf.cfg.sinks.values()})
     log.info(
         "slice %s (%d/%d, %s): reads [%s, %s), owns [%s, %s), checkpoint %s, staging %s",
@@ -296,6 +393,34 @@ def run_slice(
     else:
         store.finish_parallel(sp.slice_id, result)
     log.info("slice %s done: %s", sp.slice_id, metrics.to_text())
+    return result
+
+
+def slice_is_empty(sp: SlicePlan) -> bool:
+    """Whether no source has a data file that may hold rows in ``sp``'s read range (from the
+    plan's manifest statistics; a file without ingestion bounds counts as possibly holding rows)."""
+    return bool(sp.stats) and all(s.files == 0 for s in sp.stats)
+
+
+def _skip_slice(bf: Backfill, sp: SlicePlan, store: CheckpointStore, nxt: str | None) -> dict[str, Any]:
+    """Record an empty slice done without a spark-submit.
+
+    A run over no input commits no micro-batch: the checkpoint and the staged output would be
+    left as they are. So, sequential: the checkpoint restored at the slice's start is kept as
+    the next slice's start; parallel: nothing. Its (cleared) staging tables stay empty.
+    """
+    from airflow_provider_kappa.progress import SliceMetrics
+
+    store.record_progress(sp.slice_id, [])
+    result = {"slice_id": sp.slice_id, **SliceMetrics().to_dict(), "skipped": True}
+    if sp.mode == SEQUENTIAL:
+        store.finish_sequential(sp.slice_id, nxt, result)
+    else:
+        store.finish_parallel(sp.slice_id, result)
+    log.info(
+        "slice %s (%d/%d, %s): skipped, no source has data in its read range [%s, %s); recorded done with 0 rows",
+        sp.slice_id, sp.index + 1, sp.count, sp.mode, sp.read_start.isoformat(), sp.read_end.isoformat(),
+    )  # fmt: skip
     return result
 
 
@@ -346,14 +471,22 @@ def check_gate(bf: Backfill, reports: Mapping[str, ValidationReport]) -> None:
 
 
 def publish(bf: Backfill, plan: BackfillPlan) -> dict[str, PublishResult]:
-    """Replace every sink's window with its staged rows, one atomic Iceberg commit per sink.
+    """Replace every sink's window with its staged rows, one atomic Iceberg commit per sink, then
+    release the backfill's lock on the targets.
+
+    Before its commit, each target is checked to hold no other backfill's live lock over an
+    overlapping window: two backfills never interleave their publishes.
 
     :param bf: the backfill.
     :param plan: the plan whose slices staged the rows.
     :returns: sink name -> result.
+    :raises KappaConcurrencyError: another backfill holds an overlapping window of a target.
     """
+    from airflow_provider_kappa.lock import check_lock
     from airflow_provider_kappa.publish import publish_window
 
+    for catalog, table in _targets(bf):
+        check_lock(_load_target(bf, catalog, table), bf.id, bf.params.start, bf.params.end)
     results = {}
     for name, sink in bf.cfg.sinks.items():
         results[name] = publish_window(
@@ -366,6 +499,9 @@ def publish(bf: Backfill, plan: BackfillPlan) -> dict[str, PublishResult]:
             snapshot_properties={"kappa.backfill-id": bf.id},
         )
         log.info("sink %s: published %s", name, results[name])
+    released = release(bf)
+    if released:
+        log.info("backfill %s: released its lock on %s", bf.id, released)
     return results
 
 

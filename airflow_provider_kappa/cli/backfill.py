@@ -4,8 +4,9 @@ run every slice, validate and publish, without an Airflow deployment.
 The same functions as the Airflow operators (:mod:`airflow_provider_kappa.backfill`). Slices
 run one after the other (``parallel`` slices are independent, so any order gives the same
 result); each slice's spark-submit output goes to a log file, not the terminal. Exits 0 on
-success (published, or validated for ``--dry-run`` / ``--no-publish``), 1 when a slice fails
-or validation refuses the publish, 2 on bad input (``kappa`` prints the error).
+success (published, or validated for ``--dry-run`` / ``--no-publish``, or ``--release-lock``
+done), 1 when a slice fails or validation refuses the publish, 2 on bad input or when another
+backfill holds an overlapping window of a target (``kappa`` prints the error).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip slices that completed in an earlier run with the same parameters (default: rerun all)",
     )
     parser.add_argument("--spark-conn-id", help="an Airflow Spark connection to submit through (default: job.master)")
+    parser.add_argument(
+        "--release-lock",
+        action="store_true",
+        help="release the lock this backfill (these parameters) holds on its target tables, then exit; "
+        "for a backfill abandoned before it published",
+    )
 
 
 def log_folder(bf: Backfill) -> Path:
@@ -51,6 +58,11 @@ def slice_log(path: Path) -> Iterator[None]:
     """Send spark-submit's output (SparkSubmitHook logs it through Airflow's structlog) and the
     step details (stdlib logging) to ``path`` while a slice runs."""
     import structlog
+
+    # Importing Airflow configures its logging (structlog included) once per process; done inside
+    # the block, it would replace the configuration below and send the first slice's output to
+    # the terminal. Import it first.
+    import airflow.providers.apache.spark.hooks.spark_submit  # noqa: F401
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as fh:
@@ -83,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     logging.getLogger(_STEPS_LOGGER).setLevel(logging.WARNING)  # the terminal gets this command's own output
     bf = load_backfill(args)
+    if args.release_lock:
+        released = backfill.release(bf)
+        console.print(f"backfill {bf.id}: lock released on {released}" if released else f"backfill {bf.id}: held no lock")
+        return 0
     print_header(console, bf)
     snapshot_ids = backfill.snapshot(bf)
     console.print(f"  pinned snapshots {snapshot_ids} (tag {bf.tag})")
@@ -114,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
                 progress.console.print("  rerun the same command (add --resume to skip completed slices)")
                 return 1
             results.append(result)
+            if result.get("skipped"):
+                progress.console.print(f"  {sp.slice_id} skipped: no source data in its read range  (log {log_path})")
+                progress.advance(task)
+                continue
             progress.console.print(
                 f"  {sp.slice_id} rows read {result['rows_read']}, micro-batches {result['batches']}, "
                 f"watermark {result['watermark'] or '-'}, {result['seconds']:.1f}s  (log {log_path})"

@@ -1,0 +1,277 @@
+"""Backfill locks: at most one backfill at a time holds any stretch of a target table's time.
+
+A lock is a property of the target Iceberg table, ``kappa.backfill.lock.<backfill_id>``, whose
+value is a small JSON document: the job, the window ``[start, end)`` the backfill replaces, when
+it was taken, when it goes stale, and the command that releases it. Locks whose windows do not
+overlap coexist, so backfills of disjoint windows of one target run concurrently.
+
+Taking a lock is one property commit, checked through the catalog's own serialisation: the
+catalog applies the commit on its current table state and returns the metadata it stored, which
+therefore holds every lock committed before ours. If that metadata holds another live lock
+overlapping our window, the other backfill won the race: ours is removed again and the taker is
+refused (:class:`~airflow_provider_kappa.exceptions.KappaConcurrencyError`). A taker that finds
+a conflicting lock before committing writes nothing at all. No two overlapping live locks can
+both be granted, whatever the timing.
+
+The same backfill id taking its own lock again (a rerun, ``--resume``, an Airflow retry) is
+allowed and refreshes it. A lock past its ``expires_at`` (the tag retention of its backfill,
+7 days by default) is stale: a new overlapping backfill takes it over with a warning.
+
+pyiceberg only: no Spark, no Airflow.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_kappa.exceptions import KappaConcurrencyError, KappaSinkError
+from airflow_provider_kappa.timeparse import parse_timestamp
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+#: Table property prefix of backfill locks.
+LOCK_PREFIX = "kappa.backfill.lock."
+
+
+def lock_property(backfill_id: str) -> str:
+    """The table property holding ``backfill_id``'s lock.
+
+    :param backfill_id: the backfill's id.
+    """
+    return LOCK_PREFIX + backfill_id
+
+
+def _table_name(table: Table) -> str:
+    return ".".join(table.name()[-2:])
+
+
+@dataclass(frozen=True)
+class BackfillLock:
+    """One backfill's lock on a target table.
+
+    :param backfill_id: the holder.
+    :param job: the holder's job name.
+    :param start: start of the window it replaces (aware).
+    :param end: end of the window (aware, exclusive).
+    :param taken_at: when it was (last) taken.
+    :param expires_at: when it goes stale and may be taken over.
+    :param release: the command that releases it (shown to refused backfills).
+    """
+
+    backfill_id: str
+    job: str
+    start: datetime
+    end: datetime
+    taken_at: datetime
+    expires_at: datetime
+    release: str = field(default="")
+
+    @property
+    def key(self) -> str:
+        """Its table property."""
+        return lock_property(self.backfill_id)
+
+    def overlaps(self, start: datetime, end: datetime) -> bool:
+        """Whether ``[start, end)`` shares any instant with this lock's window."""
+        return self.start < end and start < self.end
+
+    def stale(self, now: datetime) -> bool:
+        """Whether the lock has expired at ``now``."""
+        return now >= self.expires_at
+
+    def describe(self) -> str:
+        """``backfill <id> of job <job> over [start, end) (taken at …, stale after …)``."""
+        return (
+            f"backfill {self.backfill_id} of job {self.job} over [{self.start.isoformat()}, {self.end.isoformat()}) "
+            f"(taken at {self.taken_at.isoformat()}, stale after {self.expires_at.isoformat()})"
+        )
+
+    def to_json(self) -> str:
+        """The property value."""
+        return json.dumps(
+            {
+                "job": self.job,
+                "start": self.start.isoformat(),
+                "end": self.end.isoformat(),
+                "taken_at": self.taken_at.isoformat(),
+                "expires_at": self.expires_at.isoformat(),
+                "release": self.release,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_property(cls, table: str, key: str, value: str) -> BackfillLock:
+        """Parse a lock property.
+
+        :param table: the table holding it (for the error message).
+        :param key: the property name (``kappa.backfill.lock.<id>``).
+        :param value: its JSON value.
+        :raises KappaSinkError: a malformed value, naming the table and property.
+        """
+        try:
+            data: dict[str, Any] = json.loads(value)
+            return cls(
+                backfill_id=key[len(LOCK_PREFIX) :],
+                job=str(data["job"]),
+                start=parse_timestamp(data["start"], f"{key}.start"),
+                end=parse_timestamp(data["end"], f"{key}.end"),
+                taken_at=parse_timestamp(data["taken_at"], f"{key}.taken_at"),
+                expires_at=parse_timestamp(data["expires_at"], f"{key}.expires_at"),
+                release=str(data.get("release") or ""),
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise KappaSinkError(
+                f"table {table}: property {key} = {value!r} is not a backfill lock "
+                f"(expected JSON with job, start, end, taken_at, expires_at): {e}; remove the property"
+            ) from e
+
+
+def read_locks(table: Table) -> list[BackfillLock]:
+    """Every backfill lock on ``table`` (as loaded; refresh it first for the latest state).
+
+    :param table: the target table.
+    """
+    name = _table_name(table)
+    return [
+        BackfillLock.from_property(name, key, value)
+        for key, value in sorted(table.properties.items())
+        if key.startswith(LOCK_PREFIX)
+    ]
+
+
+def _blocking(locks: list[BackfillLock], backfill_id: str, start: datetime, end: datetime, now: datetime) -> list[BackfillLock]:
+    return [lk for lk in locks if lk.backfill_id != backfill_id and lk.overlaps(start, end) and not lk.stale(now)]
+
+
+def _refusal(table: Table, holder: BackfillLock, backfill_id: str, start: datetime, end: datetime) -> KappaConcurrencyError:
+    hint = f" release it with: {holder.release}" if holder.release else " remove its table property " + holder.key
+    return KappaConcurrencyError(
+        f"backfill {backfill_id} of [{start.isoformat()}, {end.isoformat()}) refused: target {_table_name(table)} is "
+        f"locked by running {holder.describe()}, whose window overlaps; nothing was written. Wait for it to "
+        f"publish (publish releases the lock), or if it was abandoned,{hint}"
+    )
+
+
+def check_lock(table: Table, backfill_id: str, start: datetime, end: datetime, *, now: datetime | None = None) -> None:
+    """Refuse when another backfill holds a live lock overlapping ``[start, end)`` of ``table``.
+
+    :param table: the target table (refreshed here).
+    :param backfill_id: the backfill asking.
+    :param start: its window start.
+    :param end: its window end.
+    :param now: the current time (default: now, UTC).
+    :raises KappaConcurrencyError: naming the holder and its window.
+    """
+    table.refresh()
+    blocking = _blocking(read_locks(table), backfill_id, start, end, now or datetime.now(timezone.utc))
+    if blocking:
+        raise _refusal(table, blocking[0], backfill_id, start, end)
+
+
+def take_lock(
+    table: Table,
+    backfill_id: str,
+    job: str,
+    start: datetime,
+    end: datetime,
+    *,
+    retention: timedelta,
+    release: str = "",
+    now: datetime | None = None,
+    max_attempts: int = 5,
+) -> tuple[BackfillLock, bool]:
+    """Lock ``[start, end)`` of ``table`` for ``backfill_id`` (see the module docstring).
+
+    :param table: the target table (refreshed, then updated to the committed state).
+    :param backfill_id: the backfill taking the lock.
+    :param job: its job name.
+    :param start: its window start (aware).
+    :param end: its window end (aware).
+    :param retention: how long the lock stays live without being released.
+    :param release: the command that releases it, shown to backfills it refuses.
+    :param now: the current time (default: now, UTC).
+    :param max_attempts: commits tried when other writers commit concurrently.
+    :returns: the lock, and whether this backfill already held it before this call.
+    :raises KappaConcurrencyError: another live lock overlaps (nothing of ours is left behind),
+        or the commit kept conflicting.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    lo, hi = parse_timestamp(start, "lock window start"), parse_timestamp(end, "lock window end")
+    moment = now or datetime.now(timezone.utc)
+    mine = BackfillLock(backfill_id, job, lo, hi, moment, moment + retention, release)
+    last: Exception | None = None
+    for _ in range(max(1, max_attempts)):
+        table.refresh()
+        locks = read_locks(table)
+        held = any(lk.backfill_id == backfill_id for lk in locks)
+        blocking = _blocking(locks, backfill_id, lo, hi, moment)
+        if blocking:
+            raise _refusal(table, blocking[0], backfill_id, lo, hi)
+        stale = [lk for lk in locks if lk.backfill_id != backfill_id and lk.overlaps(lo, hi)]
+        for lk in stale:
+            log.warning("target %s: taking over the stale lock of %s", _table_name(table), lk.describe())
+        try:
+            with table.transaction() as tx:
+                if stale:
+                    tx.remove_properties(*(lk.key for lk in stale))
+                tx.set_properties({mine.key: mine.to_json()})
+        except CommitFailedException as e:
+            last = e
+            continue
+        except KeyError as e:  # a stale lock was removed concurrently: look again
+            if not stale:
+                raise
+            last = e
+            continue
+        # ``table`` now holds the metadata the catalog committed: every lock committed before ours
+        lost = _blocking(read_locks(table), backfill_id, lo, hi, moment)
+        if lost:
+            if not held:
+                release_lock(table, backfill_id)
+            raise _refusal(table, lost[0], backfill_id, lo, hi)
+        log.info("target %s: locked [%s, %s) for backfill %s", _table_name(table), lo.isoformat(), hi.isoformat(), backfill_id)
+        return mine, held
+    raise KappaConcurrencyError(
+        f"backfill {backfill_id}: could not commit its lock on {_table_name(table)} in {max_attempts} attempt(s) "
+        f"(other writers kept committing: {type(last).__name__}: {last}); retry"
+    ) from last
+
+
+def release_lock(table: Table, backfill_id: str, *, max_attempts: int = 5) -> bool:
+    """Remove ``backfill_id``'s lock from ``table``; idempotent.
+
+    :param table: the target table.
+    :param backfill_id: the holder.
+    :param max_attempts: commits tried when other writers commit concurrently.
+    :returns: whether a lock was removed.
+    :raises KappaSinkError: when the commit kept conflicting.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    key = lock_property(backfill_id)
+    last: Exception | None = None
+    for _ in range(max(1, max_attempts)):
+        table.refresh()
+        if key not in table.properties:
+            return False
+        try:
+            with table.transaction() as tx:
+                tx.remove_properties(key)
+        except (CommitFailedException, KeyError) as e:  # KeyError: released concurrently
+            last = e
+            continue
+        log.info("target %s: released the lock of backfill %s", _table_name(table), backfill_id)
+        return True
+    raise KappaSinkError(
+        f"could not release the lock {key} of {_table_name(table)} in {max_attempts} attempt(s) "
+        f"({type(last).__name__}: {last}); retry"
+    ) from last
