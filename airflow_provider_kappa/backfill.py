@@ -112,6 +112,26 @@ class Backfill:
 # --------------------------------------------------------------------------- snapshot
 
 
+def check_inputs(bf: Backfill, *, runs: bool = True) -> None:
+    """Refuse bad input before anything is written (no lock, no tag, no checkpoint): the source
+    tables read must exist with a timestamp ingestion column (opening them proves the catalogs
+    can be reached); a backfill that runs (``runs``) also needs the job's application file and
+    every sink's target table with a time ``time_column``. ``kappa plan`` checks only sources.
+
+    :param bf: the backfill.
+    :param runs: the backfill will run the job (``kappa backfill``, the DAG's snapshot task).
+    :raises KappaConfigError: a missing application, an unreachable catalog.
+    :raises KappaSourceError: a missing source table or ingestion column.
+    :raises KappaSinkError: a missing target table or ``time_column``.
+    """
+    from airflow_provider_kappa.config import check_application
+    from airflow_provider_kappa.planner import check_tables
+
+    if runs:
+        check_application(bf.cfg)
+    check_tables(bf.cfg, bf.params.sources, bf.catalog_for, sinks=runs)
+
+
 def snapshot(bf: Backfill, *, tag: bool = True, retention: timedelta = DEFAULT_TAG_RETENTION) -> dict[str, int]:
     """Lock the window of every sink's target (a backfill that publishes; see :func:`lock`), then
     pin the current snapshot of every source table read, and tag it so that snapshot expiry

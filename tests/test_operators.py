@@ -18,6 +18,7 @@ from typing import Any
 
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
+import yaml
 from airflow_env import PLANTED_SECRET, write_job_config
 from lake import T0, append_events, create_events_table, create_sessions_table, event, sessions_arrow, sorted_rows
 
@@ -158,6 +159,31 @@ def test_snapshot_fails_fast_on_bad_parameters_and_writes_nothing(job: Path, cat
         run_op(op, {**PARAMS, **change})
     assert reason in str(err.value) and str(err.value).startswith("snapshot: backfill parameters: KappaConfigError:")
     assert not [r for r in catalog.load_table("raw.playbacks").metadata.refs if r.startswith("kappa-")]
+
+
+def test_snapshot_refuses_a_missing_target_or_application_without_retry_and_writes_nothing(job: Path, catalog: Any) -> None:
+    catalog.drop_table(TARGET)
+    op = KappaSnapshotOperator(task_id="snapshot", config_path=str(job))
+    with pytest.raises(AirflowFailException, match=r"snapshot: inputs: KappaSinkError: sink sessions: target .*prod.playback_sessions"):
+        run_op(op)
+    create_sessions_table(catalog, TARGET)
+    cfg = yaml.safe_load(job.read_text())
+    cfg["job"]["application"] = str(job.parent / "missing_job.py")
+    job.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(AirflowFailException, match=r"snapshot: inputs: KappaConfigError: job.application: .*missing_job.py' does not exist"):
+        run_op(op)
+    assert not [r for r in catalog.load_table("raw.playbacks").metadata.refs if r.startswith("kappa-")]
+    assert not [k for k in catalog.load_table(TARGET).properties if k.startswith("kappa.backfill.lock.")]
+
+
+def test_snapshot_refused_by_an_overlapping_backfill_fails_without_retry(job: Path, catalog: Any) -> None:
+    first = run_op(KappaSnapshotOperator(task_id="snapshot", config_path=str(job)))
+    assert [k for k in catalog.load_table(TARGET).properties if k.startswith("kappa.backfill.lock.")] == [
+        f"kappa.backfill.lock.{first['backfill_id']}"
+    ]
+    overlapping = {**PARAMS, "start": at(2).isoformat(), "end": at(3, 30).isoformat()}
+    with pytest.raises(AirflowFailException, match=rf"KappaConcurrencyError: .*locked by running backfill {first['backfill_id']}"):
+        run_op(KappaSnapshotOperator(task_id="snapshot", config_path=str(job)), overlapping)
 
 
 def test_plan_returns_json_slices_and_checks_its_snapshot(job: Path) -> None:

@@ -50,21 +50,15 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_backfill(args: argparse.Namespace) -> Backfill:
     """Load the config, validate the flags, and check (reading only) the tables, so bad input is
-    refused before anything is written (:func:`airflow_provider_kappa.planner.check_tables`).
-
-    ``kappa plan`` checks the source tables it reads; ``kappa backfill`` also checks the sinks'
-    target tables and that the job's application exists.
+    refused before anything is written (:func:`airflow_provider_kappa.backfill.check_inputs`):
+    ``kappa plan`` checks the source tables it reads; ``kappa backfill`` also the sinks' target
+    tables and the job's application.
     """
-    from airflow_provider_kappa.backfill import Backfill
-    from airflow_provider_kappa.config import check_application, load_config
-    from airflow_provider_kappa.planner import check_tables
+    from airflow_provider_kappa.backfill import Backfill, check_inputs
+    from airflow_provider_kappa.config import load_config
 
-    cfg = load_config(args.config)
-    bf = Backfill.create(cfg, params_from_args(args))
-    runs = getattr(args, "verb", "backfill") != "plan"
-    if runs:
-        check_application(cfg)
-    check_tables(cfg, bf.params.sources, bf.catalog_for, sinks=runs)
+    bf = Backfill.create(load_config(args.config), params_from_args(args))
+    check_inputs(bf, runs=getattr(args, "verb", "backfill") != "plan")
     return bf
 
 

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError, KappaValidationError
+from airflow_provider_kappa.exceptions import (
+    KappaConcurrencyError,
+    KappaConfigError,
+    KappaSinkError,
+    KappaSourceError,
+    KappaValidationError,
+)
 from airflow_provider_kappa.params import KEYS
 
 if TYPE_CHECKING:
@@ -24,19 +30,25 @@ if TYPE_CHECKING:
     from airflow_provider_kappa.backfill import Backfill
     from airflow_provider_kappa.planner import BackfillPlan
 
-#: Errors a retry cannot fix.
-PERMANENT = (KappaConfigError, KappaSourceError, KappaValidationError)
+#: Errors a retry cannot fix (a refusal by another backfill's lock included: it lasts until
+#: that backfill publishes, far longer than a retry delay).
+PERMANENT: tuple[type[Exception], ...] = (KappaConfigError, KappaSourceError, KappaValidationError, KappaConcurrencyError)
+
+#: Also permanent while checking the inputs, before anything is written (a missing target table
+#: or ``time_column``); later, a sink error can be transient (publish conflicts beyond retries).
+PERMANENT_INPUT = (*PERMANENT, KappaSinkError)
 
 
 @contextmanager
-def fail_fast(what: str) -> Iterator[None]:
+def fail_fast(what: str, permanent: tuple[type[Exception], ...] = PERMANENT) -> Iterator[None]:
     """Turn bad-input errors into ``AirflowFailException`` (no retry), keeping the message.
 
     :param what: the step, for the message.
+    :param permanent: the exception types a retry cannot fix.
     """
     try:
         yield
-    except PERMANENT as e:
+    except permanent as e:
         raise AirflowFailException(f"{what}: {type(e).__name__}: {e}") from e
 
 

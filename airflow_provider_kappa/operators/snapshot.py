@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
+from airflow_provider_kappa.operators import PERMANENT_INPUT, KappaBackfillBaseOperator, fail_fast
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 
 class KappaSnapshotOperator(KappaBackfillBaseOperator):
     """First task of a backfill: checks every parameter (the checks a Params schema cannot make,
-    such as ``end`` after ``start``, fail here before any Spark run), then pins the current
+    such as ``end`` after ``start``, fail here before any Spark run), checks the tables and the
+    application (:func:`~airflow_provider_kappa.backfill.check_inputs`), locks the targets' window, then pins the current
     snapshot of each source table with the Iceberg tag ``kappa-<backfill_id>`` so that expiry
     cannot remove it. A rerun with the same parameters reuses the tag's snapshot.
 
@@ -34,6 +35,8 @@ class KappaSnapshotOperator(KappaBackfillBaseOperator):
         from airflow_provider_kappa.timeparse import parse_duration
 
         bf = self.load_backfill(context)
+        with fail_fast(f"{self.task_id}: inputs", PERMANENT_INPUT):
+            backfill.check_inputs(bf)
         with fail_fast(f"{self.task_id}: snapshot"):
             retention = parse_duration(self.tag_retention, "tag_retention")
             self.log.info("backfill %s: parameters %s", bf.id, bf.params.to_dict())
