@@ -30,9 +30,22 @@ EXAMPLES = Path(__file__).parent / "examples"
 JOBS = ("rmi", "playback_sessions")
 MODES = ("sequential", "parallel")
 MARKER = ".kappa-demo"
+WARMUP = timedelta(minutes=30)
+#: The incident window ends this long before the lake does; a sequential backfill's tail
+#: (its last slice then reads to the lake's end, where live stopped too).
 TAIL = timedelta(minutes=15)
+#: Tail of a parallel backfill: each slice but the last stops reading this long after the
+#: cell it owns, and every row of that cell must be closed by then by a micro-batch with data,
+#: as live closed it. rmi closes a 5-minute window once the watermark (10 minutes behind)
+#: passes its end plus the join's 30-minute bound, a landing later; a session closes 5 minutes
+#: after its last play, and sessions run up to ~45 minutes. One hour covers both.
+PARALLEL_TAIL = timedelta(hours=1)
 #: The column the simulated buggy deploy corrupts, per example job.
 CORRUPTED_COLUMN = {"rmi": "attributed_plays", "playback_sessions": "plays"}
+#: The output column a row is emitted after (the watermark passes it), per example job.
+CLOSE_COLUMN = {"rmi": "window_end", "playback_sessions": "session_end"}
+#: Differing rows listed in full at most (report and report.json).
+LIST_ROWS = 200
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,7 @@ class DemoOptions:
         landing interval, cuts micro-batches where live did: output equal to live row for row.
     :param slice: slice length.
     :param landing: the lake's landing interval (ingestion time per landed file and snapshot).
+    :param live_concurrency: live reference runs (one spark-submit per job) at once.
     """
 
     workdir: Path
@@ -58,9 +72,10 @@ class DemoOptions:
     seed: int = 7
     jobs: tuple[str, ...] = JOBS
     modes: tuple[str, ...] = MODES
-    threshold: str = "5min"
+    threshold: str = "10min"
     slice: str = "1h"
-    landing: str = "5min"
+    landing: str = "10min"
+    live_concurrency: int = 2
 
 
 @dataclass
@@ -78,6 +93,59 @@ class JobOutcome:
     only_backfill: list[dict[str, Any]] = field(default_factory=list)
     hours: list[HourCount] = field(default_factory=list)
     state_rows: int = 0
+    boundaries: list[dict[str, Any]] = field(default_factory=list)
+    unexplained: int = 0
+
+
+def nodata_boundaries(progress: dict[str, list[dict[str, Any]]], mode: str, slice_ids: list[str]) -> list[dict[str, Any]]:
+    """Where a sequential backfill ran a micro-batch live never ran: a non-last slice whose
+    run ended with a no-data micro-batch (Spark's ``availableNow`` runs one to apply an
+    advanced watermark). It closes, before the next slice reads the landings after it, the
+    output rows whose close time lies in ``(from, to]`` of the watermark; live closed them one
+    landing later, after that landing's rows had joined them.
+
+    :param progress: slice id -> the slice run's Spark progress records.
+    :param mode: the backfill mode (only ``sequential`` carries state across slices).
+    :param slice_ids: the slices in order.
+    :returns: ``{"slice", "from", "to"}`` per such boundary (ISO-8601 watermarks).
+    """
+    if mode != "sequential":
+        return []
+    def read_rows(sid: str) -> int:
+        return sum(
+            int(src.get("numInputRows") or 0) for r in progress.get(sid, []) for src in r.get("sources") or []
+        )
+
+    out = []
+    for i, sid in enumerate(slice_ids[:-1]):
+        if not any(read_rows(later) for later in slice_ids[i + 1 :]):
+            break  # nothing read after it (slices past the lake's end): live ended the same way
+        records = progress.get(sid, [])
+        if len(records) < 2:
+            continue
+        last, before = records[-1], records[-2]
+        if sum(int(src.get("numInputRows") or 0) for src in last.get("sources") or []) != 0:
+            continue
+        lo, hi = (before.get("eventTime") or {}).get("watermark"), (last.get("eventTime") or {}).get("watermark")
+        if lo and hi and lo != hi:
+            out.append({"slice": sid, "from": lo, "to": hi})
+    return out
+
+
+def explained_by(row: dict[str, Any], column: str, boundaries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The boundary of :func:`nodata_boundaries` that closed ``row`` early, if any.
+
+    :param row: an output row (``column`` holds an aware datetime).
+    :param column: its close-time column (:data:`CLOSE_COLUMN`).
+    :param boundaries: from :func:`nodata_boundaries`.
+    """
+    closes = row[column]
+    for b in boundaries:
+        if datetime.fromisoformat(b["from"].replace("Z", "+00:00")) < closes <= datetime.fromisoformat(
+            b["to"].replace("Z", "+00:00")
+        ):
+            return b
+    return None
 
 
 def prepare_workdir(workdir: Path) -> Path:
@@ -126,15 +194,38 @@ def write_dag_file(env: dict[str, str], jobs: tuple[str, ...]) -> Path:
     return path
 
 
-def init_airflow(env: dict[str, str]) -> None:
-    """Apply ``env`` to this process and create Airflow's metadata DB (``airflow db migrate``)."""
+def start_airflow_db(env: dict[str, str]) -> subprocess.Popen[str]:
+    """Apply ``env`` to this process and start creating Airflow's metadata DB
+    (``airflow db migrate``) in a child process; :func:`wait_airflow_db` waits for it. The
+    demo generates its lake meanwhile.
+
+    :param env: from :func:`airflow_environment`.
+    """
     os.environ.update(env)
     airflow = Path(sys.executable).parent / "airflow"
-    done = subprocess.run(
-        [str(airflow), "db", "migrate"], env={**os.environ, **env}, capture_output=True, text=True, timeout=600
+    return subprocess.Popen(
+        [str(airflow), "db", "migrate"],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    if done.returncode != 0:
-        raise KappaError(f"airflow db migrate failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+
+
+def wait_airflow_db(proc: subprocess.Popen[str], timeout: float = 600) -> None:
+    """Wait for :func:`start_airflow_db`'s process; raise if it failed.
+
+    :param proc: the ``airflow db migrate`` process.
+    :param timeout: seconds to wait at most.
+    """
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        proc.kill()
+        proc.communicate()
+        raise KappaError(f"airflow db migrate did not finish within {timeout:.0f}s") from e
+    if proc.returncode != 0:
+        raise KappaError(f"airflow db migrate failed (exit {proc.returncode}): {stderr.strip()[-2000:]}")
 
 
 def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoReport:
@@ -152,6 +243,7 @@ def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoRepor
     if opts.hours < 2:
         raise KappaConfigError(f"--hours: {opts.hours!r} is too short; the demo needs at least 2 hours of lake")
     began = time.monotonic()
+    stages: dict[str, float] = {}
     workdir = prepare_workdir(opts.workdir)
     lake_dir = workdir / "lake"
     lake_dir.mkdir()
@@ -159,40 +251,45 @@ def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoRepor
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    say(f"[1/5] Airflow home and metadata DB in {workdir / 'airflow'}")
+    say(f"[1/5] Airflow home and metadata DB in {workdir / 'airflow'} (created while the lake lands)")
     env = airflow_environment(workdir)
-    init_airflow(env)
+    migrate = start_airflow_db(env)
     write_dag_file(env, opts.jobs)
 
     from airflow_provider_kappa.lakegen import LakeSpec, generate_lake, local_catalog
-
     from airflow_provider_kappa.timeparse import parse_duration
 
     spec = LakeSpec(
         hours=opts.hours, rate=opts.rate, seed=opts.seed, landing_interval=parse_duration(opts.landing, "--landing")
     )
     catalog = local_catalog(lake_dir)
-    lake = generate_lake(catalog, spec)
+    try:
+        lake = generate_lake(catalog, spec)
+    finally:
+        wait_airflow_db(migrate)
+    stages["lake + Airflow DB"] = time.monotonic() - began
     say(
         f"[2/5] lake: {lake.impressions:,} impressions + {lake.playbacks:,} playbacks landed in {lake.snapshots} "
         f"snapshots over [{lake.start:%H:%M}, {lake.end:%H:%M}) UTC ({lake.seconds:.1f}s)"
     )
 
-    # the incident: from the second hour to a tail's length before the lake's end (the tail
-    # read after the window then has data, as it would in production)
-    window_start = _floor_hour(spec.start) + timedelta(hours=1)
-    window_end = spec.end - TAIL
+    # the incident: from a warmup's length after the lake's start to a tail's length before its
+    # end (the warmup and tail reads around the window then have data, as in production)
+    window_start, window_end = incident_window(spec.start, spec.end)
+    mark = time.monotonic()
+    refs = _live_references(opts.jobs, lake_dir, opts.live_concurrency)
+    stages["live references"] = time.monotonic() - mark
     outcomes: list[JobOutcome] = []
     live_seconds: dict[str, float] = {}
     for job in opts.jobs:
-        from airflow_provider_kappa.live_reference import run_live_reference
-
-        config = EXAMPLES / job / "kappa.yaml"
-        ref = run_live_reference(config, lake_dir=lake_dir, fresh=True)
+        ref = refs[job]
         live_seconds[job] = ref.seconds
-        rows = sum(ref.rows.values())
-        batches = sum(ref.batches.values())
-        say(f"[3/5] {job}: live run wrote {rows:,} rows in {batches} micro-batches ({ref.seconds:.0f}s)")
+        say(
+            f"[3/5] {job}: live run wrote {sum(ref.rows.values()):,} rows in {sum(ref.batches.values())} "
+            f"micro-batches ({ref.seconds:.0f}s)"
+        )
+    for job in opts.jobs:
+        config = EXAMPLES / job / "kappa.yaml"
         reference = _pin_reference(catalog, job)
         for mode in opts.modes:
             damaged = _incident(catalog, job, window_start, window_end)
@@ -200,11 +297,13 @@ def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoRepor
                 f"[4/5] {job}: incident: a buggy deploy corrupted/lost {damaged:,} rows of "
                 f"[{window_start:%H:%M}, {window_end:%H:%M}); backfilling ({mode}) through Airflow"
             )
+            mark = time.monotonic()
             outcomes.append(
                 _backfill_and_compare(job, mode, config, catalog, reference, window_start, window_end, opts, say)
             )
+            stages[f"{job} {mode} backfill"] = time.monotonic() - mark
 
-    report = _report(opts, lake, outcomes, live_seconds, window_start, window_end, time.monotonic() - began)
+    report = _report(opts, lake, outcomes, live_seconds, window_start, window_end, stages, time.monotonic() - began)
     html_path = report.write_html(workdir / "report.html")
     (workdir / "report.txt").write_text(report.to_text() + "\n")
     (workdir / "report.json").write_text(json.dumps([_outcome_json(o) for o in outcomes], indent=2, default=str))
@@ -214,8 +313,40 @@ def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoRepor
     return report
 
 
-def _floor_hour(ts: datetime) -> datetime:
-    return ts.replace(minute=0, second=0, microsecond=0)
+def incident_window(lake_start: datetime, lake_end: datetime) -> tuple[datetime, datetime]:
+    """The window the simulated incident damages and the backfill repairs: from a warmup's
+    length after the lake's start to a tail's length before its end, so the backfill's warmup
+    and tail reads around it hold data (the live run read the same landings).
+
+    :param lake_start: first ingestion time of the lake.
+    :param lake_end: end of the lake's ingestion range.
+    :raises KappaConfigError: the lake is too short to hold a window.
+    """
+    start, end = lake_start + WARMUP, lake_end - TAIL
+    if end <= start:
+        raise KappaConfigError(
+            f"lake [{lake_start.isoformat()}, {lake_end.isoformat()}) is too short for a warmup of {WARMUP} "
+            f"and a tail of {TAIL} around an incident window"
+        )
+    return start, end
+
+
+def _live_references(jobs: tuple[str, ...], lake_dir: Path, concurrency: int) -> dict[str, Any]:
+    """Run every job live over the lake (one spark-submit each, ``concurrency`` at once);
+    job -> :class:`~airflow_provider_kappa.live_reference.LiveReference`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_provider_kappa.live_reference import run_live_reference
+
+    if concurrency < 1:
+        raise KappaConfigError(f"live_concurrency: {concurrency!r}; expected at least 1")
+
+    def live(job: str) -> Any:
+        return run_live_reference(EXAMPLES / job / "kappa.yaml", fresh=True)
+
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kappa-live") as pool:
+        futures = {job: pool.submit(live, job) for job in jobs}
+        return {job: future.result() for job, future in futures.items()}
 
 
 def _target(job: str) -> tuple[str, str]:
@@ -277,7 +408,7 @@ def _backfill_and_compare(
         "slice": opts.slice,
         "max_misalignment_threshold": opts.threshold,
         "warmup": "30min",
-        "tail": format_duration(TAIL),
+        "tail": format_duration(TAIL if mode == "sequential" else PARALLEL_TAIL),
         "min_match": 0,
     }
     dag = kappa_backfill_dag(str(config))  # the same DAG the demo's DAG file defines
@@ -290,9 +421,14 @@ def _backfill_and_compare(
     slices = _slice_stats(config, conf, f"{job}/{mode}/")
     table_name, time_column = _target(job)
     outcome = _compare(catalog, table_name, time_column, reference, start, end)
+    progress = _slice_progress(config, conf)
+    boundaries = nodata_boundaries(progress, mode, sorted(progress))
+    differing = outcome["only_live"] + outcome["only_backfill"]
+    unexplained = sum(1 for row in differing if explained_by(row, CLOSE_COLUMN[job], boundaries) is None)
     say(
         f"      {job} ({mode}): {len(slices)} slices, {sum(s.rows_read for s in slices):,} rows read, "
         f"{seconds:.0f}s; published window vs live: {outcome['match_rate']:.3f}% match"
+        + (f" ({len(differing)} differing rows, {unexplained} not explained; see the report)" if differing else "")
     )
     return JobOutcome(
         job=job,
@@ -306,7 +442,22 @@ def _backfill_and_compare(
         only_backfill=outcome["only_backfill"],
         hours=outcome["hours"],
         state_rows=max((int(m.get("peak_state_rows", 0)) for m in _slice_metrics(config, conf)), default=0),
+        boundaries=boundaries,
+        unexplained=unexplained,
     )
+
+
+def _slice_progress(config: Path, conf: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Slice id -> the Spark progress records the backfill kept for it."""
+    from airflow_provider_kappa.backfill import Backfill
+    from airflow_provider_kappa.config import load_config
+
+    bf = Backfill.create(load_config(config), conf)
+    folder = Path(bf.store().root.removeprefix("file://")) / "progress"
+    return {
+        p.stem: [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+        for p in sorted(folder.glob("*.jsonl"))
+    }
 
 
 def _slice_metrics(config: Path, conf: dict[str, Any]) -> list[dict[str, Any]]:
@@ -339,7 +490,7 @@ def _compare(catalog: Any, table_name: str, time_column: str, reference: int, st
     row_filter = window_filter(table.schema(), time_column, start, end)
     published = table.scan(row_filter=row_filter).to_arrow()
     live = table.scan(row_filter=row_filter, snapshot_id=reference).to_arrow()
-    matched, only_backfill, only_live, _, _ = compare_rows(published, live, 5)
+    matched, only_backfill, only_live, _, _ = compare_rows(published, live, LIST_ROWS)
     denominator = max(published.num_rows, live.num_rows)
     hours = [
         HourCount(hour=str(h.hour), live=int(h.target), backfill=int(h.staged))
@@ -355,6 +506,24 @@ def _compare(catalog: Any, table_name: str, time_column: str, reference: int, st
     }
 
 
+def _explain(o: JobOutcome) -> list[str]:
+    """One note per differing row: what live and the backfill hold, and why they differ."""
+    column = CLOSE_COLUMN[o.job]
+    notes = []
+    for side, rows in (("only in live", o.only_live), ("only in the backfill", o.only_backfill)):
+        for row in rows:
+            shown = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items() if k != "_count"}
+            b = explained_by(row, column, o.boundaries)
+            why = (
+                f"closed early by the no-data micro-batch that ended sequential slice {b['slice']} (watermark "
+                f"{b['from']} -> {b['to']}); live closed it one landing later, after that landing's rows joined it"
+                if b
+                else "not explained"
+            )
+            notes.append(f"{o.job} {o.mode}: {side} (x{row.get('_count', 1)}): {shown}: {why}")
+    return notes
+
+
 def _outcome_json(o: JobOutcome) -> dict[str, Any]:
     return {
         "job": o.job,
@@ -367,6 +536,8 @@ def _outcome_json(o: JobOutcome) -> dict[str, Any]:
         "published_rows": o.published_rows,
         "only_live": o.only_live,
         "only_backfill": o.only_backfill,
+        "nodata_boundaries": o.boundaries,
+        "unexplained_rows": o.unexplained,
         "peak_state_rows": o.state_rows,
     }
 
@@ -378,6 +549,7 @@ def _report(
     live_seconds: dict[str, float],
     start: datetime,
     end: datetime,
+    stages: dict[str, float],
     wall: float,
 ) -> DemoReport:
     facts = [
@@ -401,8 +573,8 @@ def _report(
             )
         )
         if o.only_live or o.only_backfill:
-            notes.append(f"{o.job} {o.mode}: rows only in live (sample): {o.only_live}")
-            notes.append(f"{o.job} {o.mode}: rows only in backfill (sample): {o.only_backfill}")
+            notes.extend(_explain(o))
+    facts.append(("time by stage", ", ".join(f"{k} {v:.0f} s" for k, v in stages.items())))
     facts.append(("demo wall time", f"{wall:.0f} s"))
     first = outcomes[0] if outcomes else None
     return DemoReport(

@@ -113,6 +113,7 @@ def run_live_reference(
     master: str = "local[2]",
     fresh: bool = False,
     files_per_batch: int = 1,
+    extra_conf: Mapping[str, str] | None = None,
 ) -> LiveReference:
     """Run the unchanged job live over the lake until it has caught up; its sinks write
     their target tables (the production output a backfill is compared with).
@@ -128,6 +129,7 @@ def run_live_reference(
     :param fresh: drop the sink targets and the checkpoint before running.
     :param files_per_batch: data files each source reads per micro-batch at most (a landing
         is one file per table, so 1 replays the lake landing by landing).
+    :param extra_conf: more Spark conf for the run (e.g. an event log), applied last.
     :raises KappaConfigError: the config is invalid, or a source has no iceberg candidate.
     """
     with lake_env(lake_dir):
@@ -139,6 +141,7 @@ def run_live_reference(
     private = Path(ckpt) / "_kappa"
     catalogs_file = write_catalogs_file(cfg, private / "catalogs.json")
     conf = reference_conf(cfg, catalogs_file, ckpt, files_per_batch=files_per_batch)
+    conf.update(extra_conf or {})
     began = time.monotonic()
     submit(
         cfg.job.application,

@@ -26,6 +26,7 @@ import pandas as pd
 
 from airflow_provider_kappa.lakegen import LakeSpec, generate_lake, landed_events, local_catalog
 from airflow_provider_kappa.live_reference import reference_conf, run_live_reference
+from airflow_provider_kappa.progress import event_log_conf, read_progress
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "airflow_provider_kappa" / "examples"
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -82,10 +83,15 @@ def test_live_reference_sessions_match_a_plain_sessionization(lake_dir: Path) ->
     landed = generate_lake(local_catalog(lake_dir), spec)
     assert landed.landings == 6 and landed.late_playbacks > 0
 
-    ref = run_live_reference(EXAMPLES / "playback_sessions" / "kappa.yaml", lake_dir=lake_dir)
+    events = lake_dir / "eventlog"
+    events.mkdir()
+    ref = run_live_reference(
+        EXAMPLES / "playback_sessions" / "kappa.yaml", lake_dir=lake_dir, extra_conf=event_log_conf(events)
+    )
 
     assert ref.tables == {"sessions": "prod.playback_sessions"}
     assert ref.batches["sessions"] >= landed.landings  # landing by landing, not all at once
+    assert len(read_progress(events)) == ref.batches["sessions"]  # extra_conf reached the run
     watermark = pd.Timestamp(ref.watermarks["sessions"], unit="ms", tz="UTC")
     assert watermark > pd.Timestamp(spec.end) - spec.landing_interval - pd.Timedelta(minutes=11)
 

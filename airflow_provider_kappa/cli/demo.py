@@ -16,13 +16,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7, help="lake generator seed (default 7)")
     parser.add_argument("--jobs", default=",".join(JOBS), help=f"example jobs, comma separated (default {','.join(JOBS)})")
     parser.add_argument("--modes", default=",".join(MODES), help=f"backfill modes (default {','.join(MODES)})")
-    parser.add_argument("--landing", default="5min", help="landing interval of the generated lake (default 5min)")
+    parser.add_argument("--landing", default="10min", help="landing interval of the generated lake (default 10min)")
     parser.add_argument(
         "--max-misalignment",
         default=None,
         help="backfill threshold (default: the landing interval, which reproduces live micro-batches exactly)",
     )
     parser.add_argument("--slice", default="1h", help="slice length (default 1h)")
+    parser.add_argument(
+        "--live-concurrency", type=int, default=2, help="live reference runs (one spark-submit per job) at once (default 2)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         threshold=args.max_misalignment or args.landing,
         landing=args.landing,
         slice=args.slice,
+        live_concurrency=args.live_concurrency,
     )
     run_demo(opts)
     return 0
