@@ -4,7 +4,9 @@
 
 Parts:
   a  the unchanged streaming aggregation over kappa_iceberg (15 min threshold) vs the same
-     aggregation as a plain Spark batch job reading the same Parquet files natively
+     aggregation as a plain Spark batch job reading the same Parquet files natively; then, as
+     references, Spark's own streaming Parquet file source over the same files with as many
+     micro-batches, and the kappa_iceberg query again in the same (now warm) session
   b  vs strict ordering: one data file per micro-batch (ReadMaxFiles(1))
   c  vs unordered reading: files in random order, several per micro-batch (a tiny variant
      source defined here): rows dropped as late / wrong window counts
@@ -294,6 +296,29 @@ def batch_times(progress: list[Any]) -> dict[str, float]:
     return {"first_batch_s": round(times[0], 1), "median_batch_s": round(statistics.median(rest), 2)}
 
 
+def spark_cpu_seconds(spark: Any) -> float:
+    """CPU seconds used so far by the Spark JVM and its descendants (Python workers, runners;
+    exited children count once reaped): a measure of work that, unlike wall time, another
+    user's load on the machine inflates little."""
+    root = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended meanwhile
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    tree, frontier = {root}, [root]
+    while frontier:
+        children = [p for p, pp in parents.items() if pp in frontier and p not in tree]
+        tree.update(children)
+        frontier = children
+    return sum(ticks.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
+
+
 def startup(seconds: float, progress: list[Any]) -> dict[str, float]:
     """Seconds of the run spent outside micro-batches (query start, source planning, stop)."""
     inside = sum(p.durationMs.get("triggerExecution", 0) for p in progress) / 1000
@@ -318,7 +343,7 @@ def compare(truth: dict[Any, int], got: dict[Any, int]) -> dict[str, int]:
 # --------------------------------------------------------------------------- parts
 
 
-def part_a_b_c(spark: Any, workdir: Path, hours: float, parts: set[str]) -> dict[str, Any]:
+def part_a_b_c(spark: Any, workdir: Path, hours: float, parts: set[str], native_first: bool = False) -> dict[str, Any]:
     from airflow_provider_kappa.spark import scan_plan
 
     results: dict[str, Any] = {}
@@ -333,46 +358,64 @@ def part_a_b_c(spark: Any, workdir: Path, hours: float, parts: set[str]) -> dict
     cutoff = T0 + timedelta(hours=hours) - timedelta(minutes=30)
 
     spark.read.parquet(paths[0]).count()  # warm the JVM and the parquet reader
+    cpu = spark_cpu_seconds(spark)
     began = time.monotonic()
     truth_rows = aggregation(spark.read.parquet(*paths), streaming=False).collect()
     batch_s = time.monotonic() - began
+    batch_cpu = spark_cpu_seconds(spark) - cpu
     truth = as_counts(truth_rows, cutoff)
-    results["batch"] = {"seconds": round(batch_s, 1)}
+    results["batch"] = {"seconds": round(batch_s, 1), "cpu_s": round(batch_cpu, 1), "load": _load()}
 
     def kappa_run(name: str) -> None:
+        cpu = spark_cpu_seconds(spark)
         df = spark.readStream.format("kappa_iceberg").options(**kappa_options(workdir, "raw.plays", start, end)).load()
         secs, out, progress = run_stream(aggregation(df, streaming=True), workdir / "ck" / name)
+        used = spark_cpu_seconds(spark) - cpu
         results[name] = {"seconds": round(secs, 1), "batches": len(progress), **batch_times(progress),
                          **startup(secs, progress), **compare(truth, as_counts(out, cutoff))}
-        results[name]["ratio_vs_batch"] = round(secs / batch_s, 2)
+        results[name].update(ratio_vs_batch=round(secs / batch_s, 2), cpu_s=round(used, 1),
+                             cpu_ratio_vs_batch=round(used / batch_cpu, 2), load=_load())
 
-    kappa_run("kappa")  # the first streaming query of the session: pays the one-time costs
-    print("a", results, flush=True)
-    if "a" in parts:
-        # reference: Spark's own streaming Parquet file source over the same files, as many files
-        # per micro-batch as give kappa's number of batches (the floor of Structured Streaming's
-        # per-batch cost; it reads files in modification order, not by ingestion time)
+    def native_run() -> None:
+        # Spark's own streaming Parquet file source over the same files, as many files per
+        # micro-batch as give kappa's number of batches (24 data batches): the per-batch cost of
+        # Structured Streaming itself; it reads files in modification order, not by ingestion time
         links = workdir / "native-links"
         shutil.rmtree(links, ignore_errors=True)
         links.mkdir()
         for i, path in enumerate(paths):
             os.symlink(path.removeprefix("file://"), links / f"f{i:05d}.parquet")
-        per_trigger = -(-len(paths) // max(1, results["kappa"]["batches"] - 1))
+        per_trigger = -(-len(paths) // 24)
+        cpu = spark_cpu_seconds(spark)
         df = spark.readStream.schema(spark.read.parquet(paths[0]).schema).option("maxFilesPerTrigger", per_trigger).parquet(str(links))
         secs, out, progress = run_stream(aggregation(df, streaming=True), workdir / "ck" / "native")
+        used = spark_cpu_seconds(spark) - cpu
         results["native_stream"] = {"seconds": round(secs, 1), "batches": len(progress), "files_per_batch": per_trigger,
-                                    **batch_times(progress), **startup(secs, progress), **compare(truth, as_counts(out, cutoff))}
-        results["native_stream"]["ratio_vs_batch"] = round(secs / batch_s, 2)
+                                    "first_streaming_query": native_first, **batch_times(progress), **startup(secs, progress),
+                                    **compare(truth, as_counts(out, cutoff))}
+        results["native_stream"].update(ratio_vs_batch=round(secs / batch_s, 2), cpu_s=round(used, 1),
+                                        cpu_ratio_vs_batch=round(used / batch_cpu, 2), load=_load())
+
+    if native_first and "a" in parts:
+        native_run()  # the first streaming query of the session pays the JVM's one-time costs
+    kappa_run("kappa")  # the first kappa query of the session: pays the one-time costs
+    print("a", results, flush=True)
+    if "a" in parts:
+        if not native_first:
+            native_run()
         kappa_run("kappa_warm")  # the same query again in the same session (Python workers, JVM warm)
         print("a", {k: results[k] for k in ("native_stream", "kappa_warm")}, flush=True)
 
     if "b" in parts:
         strict = kappa_options(workdir, "raw.plays", start, end, max_files_per_batch=1)
+        cpu = spark_cpu_seconds(spark)
         df = spark.readStream.format("kappa_iceberg").options(**strict).load()
         secs, out, progress = run_stream(aggregation(df, streaming=True), workdir / "ck" / "strict")
+        used = spark_cpu_seconds(spark) - cpu
         results["strict"] = {"seconds": round(secs, 1), "batches": len(progress), **batch_times(progress),
-                             **compare(truth, as_counts(out, cutoff))}
+                             **compare(truth, as_counts(out, cutoff)), "cpu_s": round(used, 1), "load": _load()}
         results["strict"]["slowdown_vs_kappa"] = round(secs / results["kappa"]["seconds"], 1)
+        results["strict"]["cpu_slowdown_vs_kappa"] = round(used / results["kappa"]["cpu_s"], 1)
         print("b", results["strict"], flush=True)
 
     if "c" in parts:
@@ -542,6 +585,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--files-e", type=int, default=100_000)
     parser.add_argument("--parts", default="a,b,c,d,e")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument(
+        "--native-first", action="store_true",
+        help="part a: run Spark's native streaming file source before kappa_iceberg (as the session's first streaming query)",
+    )
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
     workdir = Path(args.workdir)
@@ -550,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         prepare(workdir, args.rows, args.hours)
         spark = spark_session()
         if parts & {"a", "b", "c"}:
-            results["abc"] = part_a_b_c(spark, workdir, args.hours, parts)
+            results["abc"] = part_a_b_c(spark, workdir, args.hours, parts, args.native_first)
         if "d" in parts:
             results["d"] = part_d(spark, workdir)
         spark.stop()
@@ -561,6 +608,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(text)
     if args.out:
         Path(args.out).write_text(text)
+
+
+def _load() -> float:
+    """The 1-minute load average now."""
+    return round(os.getloadavg()[0], 1)
 
 
 def machine() -> dict[str, Any]:

@@ -518,8 +518,10 @@ def read_parquet_direct(path: str, context: ReadContext, start_micros: int | Non
     import pyarrow.parquet as pq
 
     local = _local_path(path)
-    source = local if local is not None else _file_io(tuple(sorted(context.io_properties.items())), context.location).new_input(path).open()
-    pf = pq.ParquetFile(source)
+    stream = None
+    if local is None:
+        stream = _file_io(tuple(sorted(context.io_properties.items())), context.location).new_input(path).open()
+    pf = pq.ParquetFile(local if local is not None else stream)
     try:
         by_id: dict[int, str] = {}
         for f in pf.schema_arrow:
@@ -542,8 +544,8 @@ def read_parquet_direct(path: str, context: ReadContext, start_micros: int | Non
             table = pf.read_row_groups(groups[0], columns=read_cols, use_threads=False)
     finally:
         pf.close()
-        if local is None:
-            source.close()
+        if stream is not None:
+            stream.close()
     if groups is not None and not groups[1]:
         col = table.column(ing_name)
         mask = None
