@@ -42,8 +42,10 @@ TAIL = timedelta(minutes=15)
 PARALLEL_TAIL = timedelta(hours=1)
 #: The column the simulated buggy deploy corrupts, per example job.
 CORRUPTED_COLUMN = {"rmi": "attributed_plays", "playback_sessions": "plays"}
-#: The output column a row is emitted after (the watermark passes it), per example job.
-CLOSE_COLUMN = {"rmi": "window_end", "playback_sessions": "session_end"}
+#: Per example job: the output row's time span (start and end columns) and how far before its
+#: start an input event can still change it (rmi: a play joins impressions up to 30 minutes older).
+ROW_SPAN = {"rmi": ("window_start", "window_end"), "playback_sessions": ("session_start", "session_end")}
+REACH = {"rmi": timedelta(minutes=30), "playback_sessions": timedelta(0)}
 #: Differing rows listed in full at most (report and report.json).
 LIST_ROWS = 200
 
@@ -99,10 +101,11 @@ class JobOutcome:
 
 def nodata_boundaries(progress: dict[str, list[dict[str, Any]]], mode: str, slice_ids: list[str]) -> list[dict[str, Any]]:
     """Where a sequential backfill ran a micro-batch live never ran: a non-last slice whose
-    run ended with a no-data micro-batch (Spark's ``availableNow`` runs one to apply an
-    advanced watermark). It closes, before the next slice reads the landings after it, the
-    output rows whose close time lies in ``(from, to]`` of the watermark; live closed them one
-    landing later, after that landing's rows had joined them.
+    run ended with a no-data micro-batch (Spark's ``availableNow`` runs one to apply the
+    watermark its last landing advanced, from ``from`` to ``to``). The next slice's first
+    micro-batch then drops as late the events with event time in ``(from, to]`` landed after
+    the boundary; live, whose next micro-batch still had ``from`` as its lateness bound,
+    accepted them.
 
     :param progress: slice id -> the slice run's Spark progress records.
     :param mode: the backfill mode (only ``sequential`` carries state across slices).
@@ -111,6 +114,7 @@ def nodata_boundaries(progress: dict[str, list[dict[str, Any]]], mode: str, slic
     """
     if mode != "sequential":
         return []
+
     def read_rows(sid: str) -> int:
         return sum(
             int(src.get("numInputRows") or 0) for r in progress.get(sid, []) for src in r.get("sources") or []
@@ -132,18 +136,20 @@ def nodata_boundaries(progress: dict[str, list[dict[str, Any]]], mode: str, slic
     return out
 
 
-def explained_by(row: dict[str, Any], column: str, boundaries: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The boundary of :func:`nodata_boundaries` that closed ``row`` early, if any.
+def explained_by(row: dict[str, Any], job: str, boundaries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The boundary of :func:`nodata_boundaries` whose dropped events could have changed
+    ``row``: an event with event time in ``(from, to]`` feeds output rows whose span
+    (:data:`ROW_SPAN`) reaches past ``from - REACH[job]`` and starts by ``to``.
 
-    :param row: an output row (``column`` holds an aware datetime).
-    :param column: its close-time column (:data:`CLOSE_COLUMN`).
+    :param row: an output row of ``job`` (aware datetimes).
+    :param job: the example job.
     :param boundaries: from :func:`nodata_boundaries`.
     """
-    closes = row[column]
+    start_col, end_col = ROW_SPAN[job]
     for b in boundaries:
-        if datetime.fromisoformat(b["from"].replace("Z", "+00:00")) < closes <= datetime.fromisoformat(
-            b["to"].replace("Z", "+00:00")
-        ):
+        lo = datetime.fromisoformat(b["from"].replace("Z", "+00:00"))
+        hi = datetime.fromisoformat(b["to"].replace("Z", "+00:00"))
+        if row[end_col] > lo - REACH[job] and row[start_col] <= hi:
             return b
     return None
 
@@ -424,7 +430,7 @@ def _backfill_and_compare(
     progress = _slice_progress(config, conf)
     boundaries = nodata_boundaries(progress, mode, sorted(progress))
     differing = outcome["only_live"] + outcome["only_backfill"]
-    unexplained = sum(1 for row in differing if explained_by(row, CLOSE_COLUMN[job], boundaries) is None)
+    unexplained = sum(1 for row in differing if explained_by(row, job, boundaries) is None)
     say(
         f"      {job} ({mode}): {len(slices)} slices, {sum(s.rows_read for s in slices):,} rows read, "
         f"{seconds:.0f}s; published window vs live: {outcome['match_rate']:.3f}% match"
@@ -508,15 +514,15 @@ def _compare(catalog: Any, table_name: str, time_column: str, reference: int, st
 
 def _explain(o: JobOutcome) -> list[str]:
     """One note per differing row: what live and the backfill hold, and why they differ."""
-    column = CLOSE_COLUMN[o.job]
     notes = []
     for side, rows in (("only in live", o.only_live), ("only in the backfill", o.only_backfill)):
         for row in rows:
             shown = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items() if k != "_count"}
-            b = explained_by(row, column, o.boundaries)
+            b = explained_by(row, o.job, o.boundaries)
             why = (
-                f"closed early by the no-data micro-batch that ended sequential slice {b['slice']} (watermark "
-                f"{b['from']} -> {b['to']}); live closed it one landing later, after that landing's rows joined it"
+                f"the no-data micro-batch ending sequential slice {b['slice']} moved the watermark {b['from']} -> "
+                f"{b['to']}; the next slice dropped as late the events of that span landed after it, which live "
+                "(still at the first watermark) counted"
                 if b
                 else "not explained"
             )

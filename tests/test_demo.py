@@ -87,18 +87,27 @@ def _progress(rows: int, watermark: str) -> dict[str, Any]:
     return {"sources": [{"numInputRows": rows}], "eventTime": {"watermark": watermark}}
 
 
-def test_a_no_data_batch_ending_a_sequential_slice_explains_rows_it_closed_early() -> None:
+def test_a_no_data_batch_ending_a_sequential_slice_explains_rows_fed_by_events_it_made_late() -> None:
     progress = {
-        "s0000": [_progress(10, "2026-11-01T00:39:58.000Z"), _progress(12, "2026-11-01T00:44:58.000Z"),
-                  _progress(0, "2026-11-01T00:49:54.000Z")],
-        "s0001": [_progress(11, "2026-11-01T00:49:54.000Z"), _progress(0, "2026-11-01T01:49:56.000Z")],
+        "s0000": [_progress(10, "2026-11-01T00:29:58.000Z"), _progress(12, "2026-11-01T00:39:59.000Z"),
+                  _progress(0, "2026-11-01T00:49:56.000Z")],
+        "s0001": [_progress(11, "2026-11-01T00:49:56.000Z"), _progress(0, "2026-11-01T01:49:58.000Z")],
     }  # fmt: skip
     boundaries = nodata_boundaries(progress, "sequential", ["s0000", "s0001"])
     # the last slice's closing batch is live's too (the live run ends with one): not a boundary
-    assert boundaries == [{"slice": "s0000", "from": "2026-11-01T00:44:58.000Z", "to": "2026-11-01T00:49:54.000Z"}]
+    assert boundaries == [{"slice": "s0000", "from": "2026-11-01T00:39:59.000Z", "to": "2026-11-01T00:49:56.000Z"}]
     assert nodata_boundaries(progress, "parallel", ["s0000", "s0001"]) == []
     t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
-    closed_early = {"window_end": t0 + timedelta(minutes=45)}
-    assert explained_by(closed_early, "window_end", boundaries) == boundaries[0]
-    assert explained_by({"window_end": t0 + timedelta(minutes=50)}, "window_end", boundaries) is None
-    assert explained_by({"window_end": t0 + timedelta(minutes=44, seconds=58)}, "window_end", boundaries) is None
+
+    def window(minute: int) -> dict[str, Any]:
+        return {"window_start": t0 + timedelta(minutes=minute), "window_end": t0 + timedelta(minutes=minute + 5)}
+
+    # a play made late (event time in (00:39:59, 00:49:56]) joins impressions up to 30 minutes older
+    assert explained_by(window(35), "rmi", boundaries) == boundaries[0]
+    assert explained_by(window(10), "rmi", boundaries) == boundaries[0]
+    assert explained_by(window(0), "rmi", boundaries) is None
+    assert explained_by(window(50), "rmi", boundaries) is None
+    session = {"session_start": t0 + timedelta(minutes=20), "session_end": t0 + timedelta(minutes=39)}
+    assert explained_by(session, "playback_sessions", boundaries) is None
+    session["session_end"] = t0 + timedelta(minutes=41)
+    assert explained_by(session, "playback_sessions", boundaries) == boundaries[0]
