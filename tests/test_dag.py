@@ -161,16 +161,19 @@ def test_a_failed_sequential_slice_stops_the_slices_after_it(
     airflow_db: None,  # noqa: F811
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    """Slice 0 fails for good (its application is missing): slice 1 never runs Spark and fails
-    naming slice 0, whether Airflow picked it before (it waits) or after slice 0."""
+    """Slice 0 fails for good (its job exits 1 and the slice has no retries left): slice 1 never
+    runs Spark and fails naming slice 0, whether Airflow picked it before (it waits) or after."""
     from airflow_env import write_job_config
 
     from airflow_provider_kappa.dag import kappa_backfill_dag
 
     seed_sessions_incident(catalog)
     path = write_job_config(tmp_path, catalog_props)
-    path.write_text(path.read_text().replace(str(REPO / "airflow_provider_kappa" / "examples"), str(tmp_path / "missing")))
-    dag = kappa_backfill_dag(str(path), dag_id="kappa_backfill_playback_sessions")
+    path.write_text(path.read_text().replace(str(REPO / "airflow_provider_kappa" / "examples"), str(tmp_path / "broken")))
+    app = tmp_path / "broken" / "playback_sessions" / "playback_sessions.py"
+    app.parent.mkdir(parents=True)
+    app.write_text('raise SystemExit("kappa test: this job fails on purpose")\n')
+    dag = kappa_backfill_dag(str(path), dag_id="kappa_backfill_playback_sessions", slice_retries=0)
     for task in dag.tasks:
         if task.task_id == "slice_sequential":
             task.partial_kwargs["wait_interval"] = 2.0  # type: ignore[attr-defined]
@@ -183,5 +186,5 @@ def test_a_failed_sequential_slice_stops_the_slices_after_it(
     labels = sorted(ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "slice_sequential")
     assert labels == ["s0000 [2026-11-01 00:30, 2026-11-01 02:00)", "s0001 [2026-11-01 02:00, 2026-11-01 03:45)"]
     out = capfd.readouterr().out
-    assert "playback_sessions.py' does not exist" in out
+    assert "kappa test: this job fails on purpose" in out  # the job's own error, from the slice log
     assert "sequential slice s0001 cannot start: slice s0000 (map index 0) is failed" in out
