@@ -402,6 +402,7 @@ def run_slice(
             name=f"kappa-{bf.cfg.job.name}-{bf.id}-{sp.slice_id}",
             master=bf.cfg.job.master,
             conn_id=spark_conn_id,
+            class_data_sharing=bf.cfg.job.class_data_sharing,
         )
         seconds = time.monotonic() - began
         progress = read_progress(events)

@@ -104,6 +104,7 @@ class JobSection:
     master: str = "local[*]"
     live_trigger: timedelta = timedelta(seconds=10)
     staging_namespace: str = "kappa_staging"
+    class_data_sharing: bool = True
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,12 @@ class _Section:
             raise KappaConfigError(f"{self.key(name)}: {value!r} must be a non-empty string")
         return str(value)
 
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.data.get(name, default)
+        if not isinstance(value, bool):
+            raise KappaConfigError(f"{self.key(name)}: {value!r} must be true or false")
+        return value
+
     def mapping(self, name: str) -> dict[str, str]:
         value = self.data.get(name) or {}
         if not isinstance(value, dict):
@@ -286,7 +293,16 @@ def parse_config(raw: object, path: Path) -> JobConfig:
     j = _Section(
         top.data["job"],
         "job",
-        {"name", "application", "checkpoint_root", "spark_conf", "master", "live_trigger", "staging_namespace"},
+        {
+            "name",
+            "application",
+            "checkpoint_root",
+            "spark_conf",
+            "master",
+            "live_trigger",
+            "staging_namespace",
+            "class_data_sharing",
+        },
     )
     application = Path(j.text("application"))
     if not application.is_absolute():
@@ -302,6 +318,7 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         master=j.text("master", "local[*]"),
         live_trigger=parse_duration(j.data.get("live_trigger", "10s"), "job.live_trigger"),
         staging_namespace=_name(j.text("staging_namespace", "kappa_staging"), "job.staging_namespace"),
+        class_data_sharing=j.flag("class_data_sharing", True),
     )
 
     catalogs: dict[str, CatalogConfig] = {}

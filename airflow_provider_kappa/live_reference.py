@@ -149,6 +149,7 @@ def run_live_reference(
         properties_file=private / "spark.properties",
         name=f"kappa-{cfg.job.name}-live-reference",
         master=master,
+        class_data_sharing=cfg.job.class_data_sharing,
     )
     seconds = time.monotonic() - began
     tables = {name: sink.table for name, sink in cfg.sinks.items()}

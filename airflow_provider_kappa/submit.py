@@ -55,6 +55,7 @@ def submit(
     name: str,
     master: str | None = None,
     conn_id: str | None = None,
+    class_data_sharing: bool = True,
 ) -> None:
     """Run ``application`` once with spark-submit and wait for it; raise if it fails.
 
@@ -64,6 +65,8 @@ def submit(
     :param name: Spark application name.
     :param master: Spark master when no ``conn_id`` is given (e.g. ``local[*]``).
     :param conn_id: an Airflow Spark connection; its master wins over ``master``.
+    :param class_data_sharing: map (or, on a machine's first run, write) the driver JVM's
+        class archive (:mod:`airflow_provider_kappa.class_data_sharing`; ``job.class_data_sharing``).
     """
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
@@ -78,6 +81,23 @@ def submit(
             {"conn_type": "spark", "host": master or "local[*]"}
         )
     os.environ["PATH"] = env["PATH"]
-    props = write_properties_file(conf, properties_file)
-    hook = SparkSubmitHook(conn_id=conn_id, name=name, properties_file=str(props), env_vars=env)
-    hook.submit(application=str(application))
+    hook = SparkSubmitHook(conn_id=conn_id, name=name, properties_file=str(properties_file), env_vars=env)
+    sharing = None
+    if class_data_sharing:
+        from airflow_provider_kappa.class_data_sharing import plan
+
+        connection = hook._connection  # the resolved connection: deploy mode and Spark home
+        sharing = plan(
+            conf,
+            driver_on_cluster=connection.get("deploy_mode") == "cluster",
+            home=Path(connection["spark_home"]) if connection.get("spark_home") else None,
+        )
+    write_properties_file(sharing.conf if sharing else conf, properties_file)
+    try:
+        hook.submit(application=str(application))
+    except BaseException:
+        if sharing:
+            sharing.abandon()
+        raise
+    if sharing:
+        sharing.keep()

@@ -6,7 +6,9 @@ Helpers that several test modules need live in ``tests/lake.py``.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -16,7 +18,15 @@ import pytest
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+# every spark-submit of the session shares one class archive, written by the first and
+# removed at the end (never the user's ~/.cache)
+_CDS = tempfile.mkdtemp(prefix="kappa-test-cds-")
+os.environ["KAPPA_CACHE_DIR"] = _CDS
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_CDS, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

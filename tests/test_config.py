@@ -161,3 +161,10 @@ def test_malformed_yaml_and_missing_file(tmp_path: Path) -> None:
     bad.write_text("- a list\n")
     with pytest.raises(KappaConfigError, match=r"expected a mapping"):
         load_config(bad)
+
+
+def test_job_class_data_sharing_is_a_boolean_defaulting_to_true(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, BASE)).job.class_data_sharing is True
+    assert load_config(write(tmp_path, with_change(["job", "class_data_sharing"], False))).job.class_data_sharing is False
+    with pytest.raises(KappaConfigError, match=r"job\.class_data_sharing: 'yes' must be true or false"):
+        load_config(write(tmp_path, with_change(["job", "class_data_sharing"], "yes")))

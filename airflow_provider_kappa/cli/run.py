@@ -34,5 +34,6 @@ def run(args: argparse.Namespace) -> int:
         properties_file=private / "spark.properties",
         name=f"kappa-{cfg.job.name}-live",
         master=cfg.job.master,
+        class_data_sharing=cfg.job.class_data_sharing,
     )
     return 0

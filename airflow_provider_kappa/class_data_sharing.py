@@ -1,0 +1,187 @@
+"""Class data sharing (JDK AppCDS) for the driver JVM of every spark-submit kappa launches.
+
+Each slice is a fresh JVM that loads some 22,000 classes from Spark's jars before its first
+micro-batch. The JDK can keep the classes one run loaded in an archive and map it into
+later JVMs (``-XX:ArchiveClassesAtExit`` writes it, ``-XX:SharedArchiveFile`` reads it):
+later runs skip finding, parsing and verifying those classes. Measured on the demo's
+one-slice ``playback_sessions`` backfill (2 cores, Java 17): the slice's spark-submit took
+50.8 s without the archive and 41.3 s with it (CPU 66 s -> 51 s); writing the archive costs
+the first run about 20 s more. See ``docs/deployment.md``.
+
+The archive is keyed by the ``java`` binary and by Spark's jar folder (names and sizes), so
+a different JDK or Spark gets its own. One run at a time writes it (a lock file, taken with
+``O_EXCL``); the others run without it meanwhile. It is written under a temporary name and
+renamed once the run succeeded, so a killed run never leaves half an archive. A JVM that
+cannot map the archive runs without it (``-Xshare:auto``): the archive changes speed only,
+never results.
+
+Pure Python; no pyspark import (the Spark home is found without importing pyspark).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+CACHE_ENV = "KAPPA_CACHE_DIR"
+"""Environment variable naming the folder the archive is kept in."""
+
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+STALE_LOCK_SECONDS = 30 * 60
+"""A lock older than this belongs to a run that died while writing the archive."""
+
+_QUIET = "-Xlog:cds*=off"  # the JDK logs every class it cannot archive; nothing a user can act on
+_USER_CHOICES = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "DumpLoadedClassList")
+
+
+def cache_dir() -> Path:
+    """Where archives are kept: ``$KAPPA_CACHE_DIR``, else ``$XDG_CACHE_HOME`` or ``~/.cache``
+    under ``airflow-provider-kappa/cds``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "airflow-provider-kappa" / "cds"
+
+
+def spark_home() -> Path | None:
+    """``$SPARK_HOME``, else the installed pyspark package (what its ``spark-submit`` uses)."""
+    if os.environ.get("SPARK_HOME"):
+        return Path(os.environ["SPARK_HOME"])
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def java_binary() -> Path | None:
+    """The ``java`` spark-submit starts: ``$JAVA_HOME/bin/java``, else ``java`` on ``PATH``."""
+    if os.environ.get("JAVA_HOME"):
+        candidate = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+        return candidate if candidate.exists() else None
+    found = shutil.which("java")
+    return Path(found).resolve() if found else None
+
+
+def archive_key(java: Path, home: Path, extra_classpath: str = "") -> str | None:
+    """A short hash naming the archive for this JDK, this Spark and this extra classpath;
+    None when Spark's jar folder is missing.
+
+    :param java: the java binary.
+    :param home: the Spark home (holding ``jars/``).
+    :param extra_classpath: ``spark.driver.extraClassPath`` (part of the JVM's class path).
+    """
+    jars = home / "jars"
+    if not jars.is_dir():
+        return None
+    digest = hashlib.sha256()
+    stat = java.stat()
+    digest.update(f"{java}|{stat.st_size}|{stat.st_mtime_ns}|{extra_classpath}\n".encode())
+    for jar in sorted(jars.glob("*.jar")):
+        digest.update(f"{jar.name}|{jar.stat().st_size}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class ClassDataSharing:
+    """The archive a run maps, or the archive it writes (then :meth:`keep` or :meth:`abandon`).
+
+    :param conf: the run's Spark conf with the JVM options added.
+    :param archive: the archive's final path.
+    :param writing: the temporary file this run writes, or None when it maps the archive.
+    """
+
+    conf: dict[str, str]
+    archive: Path
+    writing: Path | None = None
+
+    @property
+    def lock(self) -> Path:
+        """The lock file held while this run writes the archive."""
+        return self.archive.with_name(self.archive.name + ".lock")
+
+    def keep(self) -> None:
+        """The run succeeded: move the archive it wrote into place and release the lock."""
+        if self.writing is None:
+            return
+        try:
+            if self.writing.is_file() and self.writing.stat().st_size > 0:
+                os.replace(self.writing, self.archive)
+        finally:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """The run failed: drop what it wrote and release the lock."""
+        if self.writing is None:
+            return
+        self.writing.unlink(missing_ok=True)
+        self.lock.unlink(missing_ok=True)
+        self.writing = None
+
+
+def plan(
+    conf: Mapping[str, str],
+    *,
+    driver_on_cluster: bool = False,
+    home: Path | None = None,
+    folder: Path | None = None,
+) -> ClassDataSharing | None:
+    """Add class data sharing to a spark-submit's conf; None when it does not apply: the
+    driver runs on a cluster (deploy mode ``cluster``: the archive is local), the user chose CDS
+    options already, Spark's jars or ``java`` cannot be found, or another run is writing
+    the archive right now.
+
+    :param conf: the run's Spark conf (not modified).
+    :param driver_on_cluster: the Spark connection's deploy mode is ``cluster``.
+    :param home: the Spark home the connection names (default :func:`spark_home`).
+    :param folder: where archives live (default :func:`cache_dir`).
+    """
+    if driver_on_cluster or conf.get("spark.submit.deployMode", "client") == "cluster":
+        return None
+    user = conf.get(JAVA_OPTIONS, "")
+    if any(choice in user for choice in _USER_CHOICES):
+        return None
+    java, home = java_binary(), home or spark_home()
+    if java is None or home is None:
+        return None
+    key = archive_key(java, home, conf.get("spark.driver.extraClassPath", ""))
+    if key is None:
+        return None
+    folder = folder or cache_dir()
+    archive = folder / f"spark-{key}.jsa"
+    out = dict(conf)
+    if archive.is_file():
+        out[JAVA_OPTIONS] = " ".join(filter(None, [user, f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", _QUIET]))
+        return ClassDataSharing(conf=out, archive=archive)
+    folder.mkdir(parents=True, exist_ok=True)
+    sharing = ClassDataSharing(conf=out, archive=archive)
+    if not _take(sharing.lock):
+        return None
+    sharing.writing = folder / f"spark-{key}.{os.getpid()}.{time.monotonic_ns()}.jsa.tmp"
+    out[JAVA_OPTIONS] = " ".join(filter(None, [user, f"-XX:ArchiveClassesAtExit={sharing.writing}", _QUIET]))
+    return sharing
+
+
+def _take(lock: Path) -> bool:
+    """Create ``lock`` exclusively; a lock older than :data:`STALE_LOCK_SECONDS` is taken over."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            try:
+                age = time.time() - lock.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if age < STALE_LOCK_SECONDS:
+                return False
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return True
+    return False
