@@ -378,6 +378,7 @@ def run_slice(
         staging_tables=staging,
         checkpoint=checkpoint,
         sources=bf.params.sources,
+        continued=sp.continued,
     )
     if slice_is_empty(sp):
         return _skip_slice(bf, sp, store, nxt)

@@ -72,6 +72,7 @@ class SliceRun:
     staging_tables: Mapping[str, str]  # sink name -> staging table identifier
     checkpoint: str
     sources: tuple[str, ...] = field(default_factory=tuple)  # job source names to backfill; empty = all
+    continued: bool = False  # sequential: a later slice goes on from this one's checkpoint with data
 
 
 def _common(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str | Path) -> dict[str, str]:
@@ -147,6 +148,9 @@ def live_conf(cfg: JobConfig, catalogs_file: str | Path, checkpoint: str | None 
     return conf
 
 
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+
+
 def slice_conf(cfg: JobConfig, run: SliceRun, catalogs_file: str | Path) -> dict[str, str]:
     """The ``spark.kappa.*`` conf of one backfill slice: iceberg candidates at their pinned
     snapshots, ``availableNow``, the slice's read range, output to staging for the owned window.
@@ -165,6 +169,14 @@ def slice_conf(cfg: JobConfig, run: SliceRun, catalogs_file: str | Path) -> dict
             PREFIX + "backfill.id": run.backfill_id,
         }
     )
+    if run.continued:
+        # Live, the micro-batch after this slice's last one holds the next landing and runs
+        # with the watermark that last batch advanced. availableNow would instead end on a
+        # no-data micro-batch applying that watermark with no data: it closes windows and
+        # evicts join state one landing early (rows the next landing would have joined are
+        # lost). Without it, the next slice restores the advanced watermark from the commit
+        # log (nextBatchWatermarkMs) and runs exactly live's next micro-batch.
+        conf[NO_DATA_BATCHES] = "false"
     for name in run.sources or tuple(cfg.job_sources()):
         src = cfg.resolve(name, backfill=True)
         conf.update(_source_keys(name, src, src.name, run.snapshot_ids.get(src.name)))

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from airflow_provider_kappa.config import IcebergSourceConfig, JobConfig
 from airflow_provider_kappa.exceptions import KappaSinkError, KappaSourceError
-from airflow_provider_kappa.params import PARALLEL, BackfillParams
+from airflow_provider_kappa.params import PARALLEL, SEQUENTIAL, BackfillParams
 from airflow_provider_kappa.timeparse import from_micros, parse_timestamp, to_micros
 
 #: A slice is "outsized" when its estimated rows exceed this many times the median slice.
@@ -86,6 +86,10 @@ class SlicePlan:
     snapshot_ids: Mapping[str, int]
     stats: tuple[SourceStats, ...] = ()
     warnings: tuple[str, ...] = ()
+    continued: bool = False
+    """Sequential only: a later slice of the plan reads source data, so this slice's run must
+    end like a live stream that goes on (without a final no-data micro-batch; see
+    :func:`airflow_provider_kappa.launch.slice_conf`)."""
 
     @property
     def rows(self) -> int:
@@ -122,6 +126,7 @@ class SlicePlan:
             "snapshot_ids": {k: int(v) for k, v in self.snapshot_ids.items()},
             "stats": [s.to_dict() for s in self.stats],
             "warnings": list(self.warnings),
+            "continued": self.continued,
         }
 
     @classmethod
@@ -145,6 +150,7 @@ class SlicePlan:
                 snapshot_ids={str(k): int(v) for k, v in data["snapshot_ids"].items()},
                 stats=tuple(SourceStats(**s) for s in data.get("stats", [])),
                 warnings=tuple(data.get("warnings", [])),
+                continued=bool(data.get("continued", False)),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise KappaSourceError(f"slice plan: {dict(data)!r} is malformed ({type(e).__name__}: {e})") from e
@@ -320,6 +326,10 @@ def plan_backfill(
                 warnings=tuple(warnings),
             )
         )
+    if params.mode == SEQUENTIAL:
+        for i, s in enumerate(slices):
+            later_data = any(t.files > 0 for t in slices[i + 1 :])
+            slices[i] = SlicePlan(**{**s.__dict__, "continued": later_data})
     sized = [s.rows for s in slices if s.rows > 0]
     plan_warnings = []
     if len(sized) >= 2:

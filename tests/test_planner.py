@@ -91,10 +91,20 @@ def test_plan_estimates_each_slice_from_manifests_and_warns(sessions_cfg: Any, c
     assert plan.slices[2].warnings == ("no source data in this slice: it only advances the watermark",)
     assert any(w.startswith("outsized: ~40 rows") for w in plan.slices[3].warnings)
     assert plan.warnings == ("1 of 4 slice(s) have no source data",)
+    # sequential: every slice but the last with data ends like a stream that goes on
+    assert [s.continued for s in plan.slices] == [True, True, True, False]
     # the whole plan and each slice fit XCom (JSON) and come back identical
     data = json.loads(json.dumps(plan.to_dict()))
     assert BackfillPlan.from_dict(data) == plan
     assert SlicePlan.from_dict(data["slices"][1]) == plan.slices[1]
+
+
+def test_a_slice_continues_only_while_later_slices_have_data(sessions_cfg: Any, catalog: Any, playbacks: Any) -> None:
+    bf = _backfill(sessions_cfg, catalog, end=at(3).isoformat())  # hours 0, 1, 2: the last is empty
+    plan = backfill.plan(bf, backfill.snapshot(bf, tag=False))
+    assert [(s.files, s.continued) for s in plan.slices] == [(1, True), (1, False), (0, False)]
+    par = _backfill(sessions_cfg, catalog, mode="parallel")
+    assert not any(s.continued for s in backfill.plan(par, backfill.snapshot(par, tag=False)).slices)
 
 
 def test_rows_of_a_file_spanning_slices_are_prorated(sessions_cfg: Any, catalog: Any, playbacks: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from airflow_provider_kappa.config import load_config
 from airflow_provider_kappa.exceptions import KappaConfigError
-from airflow_provider_kappa.launch import SliceRun, live_conf, slice_conf, write_catalogs_file
+from airflow_provider_kappa.launch import NO_DATA_BATCHES, SliceRun, live_conf, slice_conf, write_catalogs_file
 from airflow_provider_kappa.spark.settings import (
     AVAILABLE_NOW,
     PROCESSING_TIME,
@@ -72,6 +73,11 @@ def test_slice_round_trip(tmp_path: Path) -> None:
     assert (sink.owns_start, sink.owns_end) == (t0 + timedelta(minutes=30), t0 + timedelta(hours=3))
     with pytest.raises(KappaConfigError, match=r"source 'impressions' is not in the Spark conf"):
         s.source("impressions")
+    # the last slice (and every parallel one) ends on Spark's no-data micro-batch; a sequential
+    # slice that later slices continue does not
+    assert NO_DATA_BATCHES not in slice_conf(cfg, run, tmp_path / "c.json")
+    continued = slice_conf(cfg, replace(run, continued=True), tmp_path / "c.json")
+    assert continued[NO_DATA_BATCHES] == "false"
 
 
 @pytest.mark.parametrize(
