@@ -24,7 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--slice", default="1h", help="slice length (default 1h)")
     parser.add_argument(
-        "--live-concurrency", type=int, default=2, help="live reference runs (one spark-submit per job) at once (default 2)"
+        "--concurrency",
+        type=int,
+        default=2,
+        help="example jobs run at once, for the live references and for the backfill stories (default 2, at least 1)",
     )
 
 
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         threshold=args.max_misalignment or args.landing,
         landing=args.landing,
         slice=args.slice,
-        live_concurrency=args.live_concurrency,
+        concurrency=args.concurrency,
     )
     run_demo(opts)
     return 0
