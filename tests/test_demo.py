@@ -19,16 +19,15 @@ from airflow_provider_kappa.demo import (
     WARMUP,
     DemoOptions,
     JobOutcome,
-    StoryProcess,
     explained_by,
     incident_window,
     nodata_boundaries,
     outcome_from_json,
     run_demo,
-    run_stories,
 )
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
 from airflow_provider_kappa.report import HourCount, SliceStat
+from airflow_provider_kappa.story_processes import StoryProcess, copy_sqlite, decode_json, encode_json, run_stories
 
 JOBS = ("rmi", "playback_sessions")
 MODES = ("sequential", "parallel")
@@ -224,7 +223,6 @@ def test_concurrency_below_one_is_refused_before_anything_runs(tmp_path: Path) -
 def test_an_outcome_survives_its_trip_through_the_story_file() -> None:
     from dataclasses import asdict
 
-    from airflow_provider_kappa.demo import _decode, _encode
 
     t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
     o = JobOutcome(
@@ -235,14 +233,13 @@ def test_an_outcome_survives_its_trip_through_the_story_file() -> None:
         hours=[HourCount("2026-11-01 00:00:00+00:00", 5, 4)], state_rows=7,
         boundaries=[{"slice": "s0000", "from": "a", "to": "b"}], unexplained=0, started=1.0, ended=2.0,
     )  # fmt: skip
-    back = outcome_from_json(json.loads(json.dumps(asdict(o), default=_encode), object_hook=_decode))
+    back = outcome_from_json(json.loads(json.dumps(asdict(o), default=encode_json), object_hook=decode_json))
     assert back == o
 
 
 def test_the_migrated_airflow_db_is_copied_with_its_write_ahead_log(tmp_path: Path) -> None:
     import sqlite3
 
-    from airflow_provider_kappa.demo import copy_sqlite
 
     source = sqlite3.connect(tmp_path / "airflow.db")
     source.execute("pragma journal_mode=wal")
