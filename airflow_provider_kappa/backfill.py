@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -24,6 +24,7 @@ from airflow_provider_kappa.config import IcebergSinkConfig, IcebergSourceConfig
 from airflow_provider_kappa.exceptions import KappaSinkError, KappaSourceError, KappaValidationError
 from airflow_provider_kappa.params import SEQUENTIAL, BackfillParams, backfill_id, parse_params
 from airflow_provider_kappa.planner import BackfillPlan, SlicePlan, plan_backfill, slice_id
+from airflow_provider_kappa.timeparse import to_micros
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -382,6 +383,7 @@ def run_slice(
     )
     if slice_is_empty(sp):
         return _skip_slice(bf, sp, store, nxt)
+    run = replace(run, plan_files=write_source_plans(bf, sp))
     catalogs = sorted({s.catalog for s in bf.sources().values()} | {k.catalog for k in bf.cfg.sinks.values()})
     log.info(
         "slice %s (%d/%d, %s): reads [%s, %s), owns [%s, %s), checkpoint %s, staging %s",
@@ -416,6 +418,34 @@ def run_slice(
         store.finish_parallel(sp.slice_id, result)
     log.info("slice %s done: %s", sp.slice_id, metrics.to_text())
     return result
+
+
+def write_source_plans(bf: Backfill, sp: SlicePlan) -> dict[str, str]:
+    """Write the scan plan of each source for ``sp``'s read range next to the backfill's
+    checkpoints, so the slice's readers need no catalog, manifest or pyiceberg import on the
+    driver (see :mod:`airflow_provider_kappa.spark.source_plan`).
+
+    :returns: concrete source name -> plan file; a source whose table's FileIO has properties
+        the catalog does not give (vended credentials) is left out and planned by its reader.
+    """
+    from airflow_provider_kappa.launch import catalog_properties
+    from airflow_provider_kappa.spark import source_plan
+    from airflow_provider_kappa.spark.catalog import load_table
+
+    store = bf.store()
+    start, end = to_micros(sp.read_start), to_micros(sp.read_end)
+    out = {}
+    for src in bf.sources().values():
+        snapshot_id = sp.snapshot_ids.get(src.name)
+        if snapshot_id is None:
+            continue
+        table = load_table(bf.catalog_for(src.catalog), src.table)
+        if not source_plan.plannable(table, catalog_properties(bf.cfg, src.catalog)):
+            log.info("source %s: its table's FileIO has properties of its own; the reader plans it", src.name)
+            continue
+        plan = source_plan.build(table, snapshot_id, src.ingestion_column, start, end)
+        out[src.name] = source_plan.write(store.plan_file(sp.slice_id, src.name), plan)
+    return out
 
 
 def slice_is_empty(sp: SlicePlan) -> bool:

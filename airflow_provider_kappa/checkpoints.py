@@ -11,6 +11,9 @@
 - ``slices/<slice_id>/``: the own checkpoint of a parallel slice, wiped before each run.
 - ``done/<slice_id>.json``: the metrics of a slice's last successful run (removed when it reruns).
 - ``progress/<slice_id>.jsonl``: the Spark ``StreamingQueryProgress`` records of its last run.
+- ``plans/<slice_id>/<source>.json``: the scan plan of each source for the slice's read range,
+  written by the launcher before each run and read by the slice's ``kappa_iceberg`` readers
+  (``spark/source_plan.py``).
 
 Any filesystem pyarrow knows (local paths, ``file://``, ``s3://``, ``gs://``, ``hdfs://``) works.
 """
@@ -69,6 +72,10 @@ class CheckpointStore:
     def own(self, slice_id: str) -> str:
         """The own checkpoint of a parallel slice."""
         return f"{self.root}/slices/{slice_id}"
+
+    def plan_file(self, slice_id: str, source: str) -> str:
+        """Where the launcher keeps the scan plan of ``source`` for a run of ``slice_id``."""
+        return f"{self.root}/plans/{slice_id}/{source}.json"
 
     def done_file(self, slice_id: str) -> str:
         """Where the metrics of a slice's last successful run are kept."""

@@ -73,6 +73,7 @@ class SliceRun:
     checkpoint: str
     sources: tuple[str, ...] = field(default_factory=tuple)  # job source names to backfill; empty = all
     continued: bool = False  # sequential: a later slice goes on from this one's checkpoint with data
+    plan_files: Mapping[str, str] = field(default_factory=dict)  # concrete source -> scan plan (source_plan.py)
 
 
 def _common(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str | Path) -> dict[str, str]:
@@ -88,7 +89,9 @@ def _common(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str | Pat
     return conf
 
 
-def _source_keys(name: str, src: object, candidate: str, snapshot_id: int | None = None) -> dict[str, str]:
+def _source_keys(
+    name: str, src: object, candidate: str, snapshot_id: int | None = None, plan_file: str | None = None
+) -> dict[str, str]:
     key = f"{PREFIX}source.{name}."
     if isinstance(src, IcebergSourceConfig):
         out = {
@@ -100,6 +103,8 @@ def _source_keys(name: str, src: object, candidate: str, snapshot_id: int | None
         }
         if snapshot_id is not None:
             out[key + "snapshot_id"] = str(snapshot_id)
+        if plan_file is not None:
+            out[key + "plan_file"] = plan_file
         return out
     from airflow_provider_kappa.config import KafkaSourceConfig
 
@@ -179,7 +184,7 @@ def slice_conf(cfg: JobConfig, run: SliceRun, catalogs_file: str | Path) -> dict
         conf[NO_DATA_BATCHES] = "false"
     for name in run.sources or tuple(cfg.job_sources()):
         src = cfg.resolve(name, backfill=True)
-        conf.update(_source_keys(name, src, src.name, run.snapshot_ids.get(src.name)))
+        conf.update(_source_keys(name, src, src.name, run.snapshot_ids.get(src.name), run.plan_files.get(src.name)))
     conf.update(_sink_keys(cfg, run.staging_tables))
     for name in cfg.sinks:
         key = f"{PREFIX}sink.{name}."

@@ -42,6 +42,8 @@ from airflow_provider_kappa.backfill import Backfill
 from airflow_provider_kappa.config import load_config
 from airflow_provider_kappa.exceptions import KappaConcurrencyError
 from airflow_provider_kappa.lock import LOCK_PREFIX, lock_property, read_locks, take_lock
+from airflow_provider_kappa.spark import source_plan
+from airflow_provider_kappa.timeparse import to_micros
 
 SOURCE = "raw.playbacks"
 TARGET = "prod.playback_sessions"
@@ -599,7 +601,8 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     def spark_stand_in(application: str, conf: dict[str, str], **_: Any) -> None:
         """The process boundary: records what the run was given and leaves a checkpoint file, as Spark would."""
         checkpoint = Path(conf["spark.kappa.checkpoint"])
-        runs.append({"found": sorted(p.name for p in checkpoint.glob("offsets/*"))})
+        plan_file = conf["spark.kappa.source.playbacks.plan_file"]
+        runs.append({"found": sorted(p.name for p in checkpoint.glob("offsets/*")), "plan": source_plan.read(plan_file)})
         (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
         (checkpoint / "offsets" / str(len(runs) - 1)).write_text(f"after run {len(runs)}")
 
@@ -607,6 +610,11 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
         raise AssertionError("spark-submit was called for a slice without source data")
 
     backfill.run_slice(bf, plan.slices[0], submit_fn=spark_stand_in)
+    # the launcher handed the slice's reader its scan plan: the pinned snapshot, the files of its read range
+    first = runs[0]["plan"]
+    assert (first.table, [first.snapshot_id]) == (SOURCE, list(plan.slices[0].snapshot_ids.values()))
+    assert (first.start_micros, first.end_micros) == (to_micros(plan.slices[0].read_start), to_micros(plan.slices[0].read_end))
+    assert len(first.spans) == plan.slices[0].files == 1
     began = time.monotonic()
     with caplog.at_level(logging.INFO, logger="airflow_provider_kappa.backfill"):
         skipped = backfill.run_slice(bf, plan.slices[1], submit_fn=no_spark)

@@ -107,6 +107,7 @@ def test_backfill_resolution_from_session_conf(spark: Any, kappa_conf: Any, tmp_
         snapshot_ids={"backfill-impressions": 5, "backfill-playbacks": 6},
         staging_tables={"summary": "kappa_staging.prod__summary__b1__s0"},
         checkpoint=str(tmp_path / "ck"),
+        plan_files={"backfill-impressions": "/ck/plans/s0/i.json", "backfill-playbacks": "/ck/plans/s0/p.json"},
     )
     kappa_conf(slice_conf(cfg, run, tmp_path / "catalogs.json"))
     settings = settings_of(spark)
@@ -118,6 +119,8 @@ def test_backfill_resolution_from_session_conf(spark: Any, kappa_conf: Any, tmp_
     aligned = json.loads(opts["align_with"])
     assert [a["table"] for a in aligned] == ["raw.impressions", "raw.playbacks"]
     assert [a["snapshot_id"] for a in aligned] == [5, 6]
+    assert opts["plan_file"] == "/ck/plans/s0/i.json"
+    assert [a["plan_file"] for a in aligned] == ["/ck/plans/s0/i.json", "/ck/plans/s0/p.json"]
     w = sink_writer_options(settings, settings.sink("summary"))
     assert (w["table"], w["target_table"], w["slice"], w["mode"]) == (
         "kappa_staging.prod__summary__b1__s0",

@@ -67,7 +67,9 @@ def test_slice_round_trip(tmp_path: Path) -> None:
     assert (s.read_start, s.read_end, s.max_misalignment_threshold) == (t0, t0 + timedelta(hours=1), timedelta(minutes=15))
     assert list(s.sources) == ["playbacks"]
     pb = s.source("playbacks")
-    assert isinstance(pb, IcebergSourceSettings) and pb.snapshot_id == 22
+    assert isinstance(pb, IcebergSourceSettings) and pb.snapshot_id == 22 and pb.plan_file is None
+    planned = load_settings(slice_conf(cfg, replace(run, plan_files={"backfill-playbacks": "/ck/plans/s003/p.json"}), tmp_path / "c.json"))
+    assert planned.source("playbacks").plan_file == "/ck/plans/s003/p.json"  # type: ignore[union-attr]
     sink = s.sink("summary")
     assert (sink.write_table, sink.slice_id) == ("kappa_staging.x", "s003")
     assert (sink.owns_start, sink.owns_end) == (t0 + timedelta(minutes=30), t0 + timedelta(hours=3))

@@ -60,8 +60,9 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
-from airflow_provider_kappa.spark import scan_plan
+from airflow_provider_kappa.spark import scan_plan, source_plan
 from airflow_provider_kappa.spark.scan_plan import FileSpan, Presence, SpanIndex
+from airflow_provider_kappa.spark.source_plan import SourcePlan, file_io_properties
 from airflow_provider_kappa.timeparse import parse_duration
 
 if TYPE_CHECKING:
@@ -75,8 +76,6 @@ log = logging.getLogger(__name__)
 BOUNDED = "bounded"
 TAIL = "tail"
 DEFAULT_THRESHOLD = "15min"
-#: FileIO property prefixes executors receive (never the catalog's own URI or credentials).
-FILE_IO_PREFIXES = ("s3.", "client.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "py-io-impl")
 _NO_SNAPSHOT = -1
 
 
@@ -92,6 +91,7 @@ class AlignedTable:
     ingestion_column: str
     snapshot_id: int | None = None
     catalog_properties: Mapping[str, str] | None = None
+    plan_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,7 @@ class ReaderOptions:
     split_bytes: int = 64 * 1024 * 1024
     starting: str = "earliest"
     tail_non_append: str = "fail"
+    plan_file: str | None = None
 
     @staticmethod
     def parse(options: Mapping[str, str]) -> ReaderOptions:
@@ -165,6 +166,9 @@ class ReaderOptions:
                 "kappa_iceberg: set at most one of max_files_per_batch, max_rows_per_batch, max_bytes_per_batch "
                 f"(got {sorted(k for k, v in limits.items() if v is not None)})"
             )
+        plan_file = opts.get("plan_file", "").strip() or None
+        if plan_file is not None and mode != BOUNDED:
+            raise KappaConfigError(f"kappa_iceberg: option plan_file={plan_file!r} is for mode 'bounded', not {mode!r}")
         return ReaderOptions(
             catalog=req("catalog"),
             table=req("table"),
@@ -182,6 +186,7 @@ class ReaderOptions:
             split_bytes=integer("split_bytes", 1) or 64 * 1024 * 1024,
             starting=choice("starting", ("earliest", "latest"), "earliest"),
             tail_non_append=choice("tail_non_append", ("fail", "skip"), "fail"),
+            plan_file=plan_file,
         )
 
     def default_limit(self) -> ReadLimit:
@@ -212,6 +217,7 @@ def _parse_align_with(text: str) -> tuple[AlignedTable, ...]:
                     ingestion_column=str(item["ingestion_column"]),
                     snapshot_id=int(snap) if snap not in (None, "") else None,
                     catalog_properties=item.get("catalog_properties"),
+                    plan_file=item.get("plan_file") or None,
                 )
             )
         return tuple(out)
@@ -284,6 +290,10 @@ def table_spark_schema(options: Mapping[str, str]) -> StructType:
     :raises KappaSourceError: missing table, unknown snapshot, bad ingestion column.
     """
     opts = ReaderOptions.parse(options)
+    if opts.plan_file is not None:
+        plan = source_plan.read(opts.plan_file)
+        plan.check(opts.table, opts.snapshot_id, opts.ingestion_column, opts.read_start_micros, opts.read_end_micros)
+        return StructType.fromJson(json.loads(plan.spark_schema_json))
     table = _load_table(opts.catalog, opts.table, options)
     snapshot = scan_plan.resolve_snapshot(table, opts.snapshot_id if opts.mode == BOUNDED else None)
     schema = scan_plan.snapshot_schema(table, snapshot)
@@ -371,6 +381,33 @@ class FilePartition(InputPartition):
 
 def read_context(table: Table, schema: Schema, columns: Sequence[str], ingestion_column: str) -> ReadContext:
     """The :class:`ReadContext` of ``table`` read with ``schema``, projected to ``columns``."""
+    return ReadContext(
+        table=".".join(table.name()),
+        location=table.metadata.location,
+        metadata_json=trimmed_metadata_json(table, schema),
+        io_properties=file_io_properties(table.io.properties),
+        columns=tuple(columns),
+        ingestion_column=ingestion_column,
+        field_ids=_direct_field_ids(schema, [*columns, ingestion_column]),
+    )
+
+
+def plan_read_context(plan: SourcePlan, io_properties: Mapping[str, str], columns: Sequence[str]) -> ReadContext:
+    """The :class:`ReadContext` of a table read from a launcher's plan (:mod:`.source_plan`)."""
+    return ReadContext(
+        table=plan.table,
+        location=plan.location,
+        metadata_json=plan.metadata_json,
+        io_properties=file_io_properties(io_properties),
+        columns=tuple(columns),
+        ingestion_column=plan.ingestion_column,
+        field_ids=plan.top_field_ids([*columns, plan.ingestion_column]),
+    )
+
+
+def trimmed_metadata_json(table: Table, schema: Schema) -> str:
+    """``table``'s metadata without snapshots, history or refs, ``schema`` as its current schema:
+    what executors need to read data files with pyiceberg, small whatever the table's history."""
     metadata = table.metadata.model_copy(
         update={
             "snapshots": [],
@@ -383,16 +420,7 @@ def read_context(table: Table, schema: Schema, columns: Sequence[str], ingestion
             "current_schema_id": schema.schema_id,
         }
     )
-    io_props = {k: v for k, v in table.io.properties.items() if k.startswith(FILE_IO_PREFIXES)}
-    return ReadContext(
-        table=".".join(table.name()),
-        location=table.metadata.location,
-        metadata_json=metadata.model_dump_json(),
-        io_properties=io_props,
-        columns=tuple(columns),
-        ingestion_column=ingestion_column,
-        field_ids=_direct_field_ids(schema, [*columns, ingestion_column]),
-    )
+    return str(metadata.model_dump_json())
 
 
 def _direct_field_ids(schema: Schema, names: Sequence[str]) -> tuple[tuple[str, int], ...]:
@@ -687,6 +715,18 @@ class KappaIcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._state = None
 
 
+def _aligned_spans(other: AlignedTable, opts: ReaderOptions, options: Mapping[str, str]) -> list[FileSpan]:
+    """The files of an aligned table that may hold rows in the read range (where its data is
+    decides the shared grid), from its plan file when the launcher wrote one."""
+    start, end = opts.read_start_micros, opts.read_end_micros
+    if other.plan_file is not None:
+        plan = source_plan.read(other.plan_file)
+        plan.check(other.table, other.snapshot_id, other.ingestion_column, start, end)
+        return scan_plan.spans_between(plan.spans, start, end)
+    table = _load_table(other.catalog, other.table, options, other.catalog_properties)
+    return scan_plan.plan_files(table, other.snapshot_id, other.ingestion_column, start, end)
+
+
 def _field(offset: dict[str, Any], key: str, mode: str) -> int:
     """``offset[key]`` as an int, or a clear error for an offset written by another mode/source."""
     try:
@@ -714,21 +754,15 @@ class _BoundedState:
     def __init__(self, schema: StructType, opts: ReaderOptions, options: Mapping[str, str]) -> None:
         began = time.monotonic()
         self.opts = opts
-        table = _load_table(opts.catalog, opts.table, options)
-        snapshot = scan_plan.resolve_snapshot(table, opts.snapshot_id)
-        iceberg_schema = scan_plan.snapshot_schema(table, snapshot)
-        scan_plan.ingestion_field(iceberg_schema, opts.ingestion_column, opts.table)
-        check_job_schema(schema, schema_to_spark(iceberg_schema), opts.table)
-        self.snapshot_id = snapshot.snapshot_id if snapshot is not None else None
-        own = scan_plan.plan_files(table, self.snapshot_id, opts.ingestion_column, opts.read_start_micros, opts.read_end_micros)
+        if opts.plan_file is not None:
+            own = self._from_plan(schema, opts, options)
+        else:
+            own = self._from_catalog(schema, opts, options)
         everything = list(own)
         for other in opts.align_with:
             if (other.catalog, other.table, other.ingestion_column) == (opts.catalog, opts.table, opts.ingestion_column):
                 continue
-            other_table = _load_table(other.catalog, other.table, options, other.catalog_properties)
-            everything += scan_plan.plan_files(
-                other_table, other.snapshot_id, other.ingestion_column, opts.read_start_micros, opts.read_end_micros
-            )
+            everything += _aligned_spans(other, opts, options)
         start, end = opts.read_start_micros, opts.read_end_micros
         if start is None or end is None:
             known = scan_plan.spans_range(everything)
@@ -745,16 +779,37 @@ class _BoundedState:
         self.start, self.end = start, end
         self.index = SpanIndex(own)
         self.presence = Presence(everything, start, max(end, start + 1))
-        self.context = read_context(table, iceberg_schema, schema.fieldNames(), opts.ingestion_column)
         log.info(
-            "kappa_iceberg %s@%s: planned %d files (%d aligned tables, %d with data) in %.2fs",
+            "kappa_iceberg %s@%s: planned %d files (%d aligned tables, %d with data) in %.2fs%s",
             opts.table,
             self.snapshot_id,
             len(own),
             len(opts.align_with),
             len(everything),
             time.monotonic() - began,
+            " from the launcher's plan" if opts.plan_file else "",
         )
+
+    def _from_catalog(self, schema: StructType, opts: ReaderOptions, options: Mapping[str, str]) -> list[FileSpan]:
+        """Plan from the catalog: load the table, check the snapshot and schema, read manifests."""
+        table = _load_table(opts.catalog, opts.table, options)
+        snapshot = scan_plan.resolve_snapshot(table, opts.snapshot_id)
+        iceberg_schema = scan_plan.snapshot_schema(table, snapshot)
+        scan_plan.ingestion_field(iceberg_schema, opts.ingestion_column, opts.table)
+        check_job_schema(schema, schema_to_spark(iceberg_schema), opts.table)
+        self.snapshot_id = snapshot.snapshot_id if snapshot is not None else None
+        self.context = read_context(table, iceberg_schema, schema.fieldNames(), opts.ingestion_column)
+        return scan_plan.plan_files(table, self.snapshot_id, opts.ingestion_column, opts.read_start_micros, opts.read_end_micros)
+
+    def _from_plan(self, schema: StructType, opts: ReaderOptions, options: Mapping[str, str]) -> list[FileSpan]:
+        """Plan from the launcher's plan file: no catalog, no manifest, no pyiceberg import."""
+        assert opts.plan_file is not None
+        plan = source_plan.read(opts.plan_file)
+        plan.check(opts.table, opts.snapshot_id, opts.ingestion_column, opts.read_start_micros, opts.read_end_micros)
+        check_job_schema(schema, StructType.fromJson(json.loads(plan.spark_schema_json)), opts.table)
+        self.snapshot_id = plan.snapshot_id
+        self.context = plan_read_context(plan, _catalog_props(opts.catalog, options), schema.fieldNames())
+        return scan_plan.spans_between(plan.spans, opts.read_start_micros, opts.read_end_micros)
 
     def initial_offset(self) -> dict[str, Any]:
         return {"pos": self.start}

@@ -69,6 +69,8 @@ def iceberg_source_options(settings: RunSettings, src: IcebergSourceSettings) ->
         opts["read_end_micros"] = str(to_micros(settings.read_end))
         if src.snapshot_id is not None:
             opts["snapshot_id"] = str(src.snapshot_id)
+        if src.plan_file is not None:
+            opts["plan_file"] = src.plan_file
         if settings.max_misalignment_threshold is not None:
             opts["max_misalignment_threshold"] = format_duration(settings.max_misalignment_threshold)
         opts["align_with"] = json.dumps(
@@ -78,6 +80,7 @@ def iceberg_source_options(settings: RunSettings, src: IcebergSourceSettings) ->
                     "table": s.table,
                     "ingestion_column": s.ingestion_column,
                     "snapshot_id": s.snapshot_id,
+                    "plan_file": s.plan_file,
                 }
                 for s in settings.aligned_sources()
             ]

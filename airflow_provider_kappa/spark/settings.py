@@ -18,6 +18,8 @@ Keys (``<src>`` is the name the job passes to ``read_source``, ``<sink>`` to ``w
     spark.kappa.source.<src>.type         iceberg | kafka
     spark.kappa.source.<src>.candidate    the concrete source chosen for <src>
     spark.kappa.source.<src>.catalog / .table / .ingestion_column / .snapshot_id   (iceberg)
+    spark.kappa.source.<src>.plan_file    the launcher's scan plan of the source for this slice's read
+                                          range (backfill; see spark/source_plan.py)
     spark.kappa.source.<src>.topics / .bootstrap_servers / .schema / .starting_offsets
     spark.kappa.source.<src>.option.<k>   extra source options (Kafka source options; kappa_iceberg
                                           reader options such as max_files_per_batch, which never
@@ -58,6 +60,7 @@ class IcebergSourceSettings:
     ingestion_column: str
     snapshot_id: int | None = None
     options: Mapping[str, str] = field(default_factory=dict)
+    plan_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,7 @@ def load_settings(conf: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> 
                 ingestion_column=s["ingestion_column"],
                 snapshot_id=snapshot_id,
                 options={k[len("option.") :]: v for k, v in s.items() if k.startswith("option.")},
+                plan_file=s.get("plan_file") or None,
             )
         elif stype == "kafka":
             for req in ("topics", "bootstrap_servers"):

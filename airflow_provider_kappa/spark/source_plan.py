@@ -1,0 +1,304 @@
+"""A source's scan plan handed from the launcher to the ``kappa_iceberg`` reader (option ``plan_file``).
+
+Without it, every slice's Spark driver starts two Python processes per source (the data
+source's ``schema()`` and the stream reader) that each import pyiceberg, open the catalog and
+load the table, and the reader then reads the pinned snapshot's manifests. The launcher has
+done all of that already (it pinned the snapshot and planned the backfill), so it writes what
+the reader needs into one JSON file next to the backfill's checkpoints: the snapshot's Spark
+schema, the trimmed table metadata executors read with, and the data files that may hold rows
+in the slice's read range (:class:`~airflow_provider_kappa.spark.scan_plan.FileSpan`). The
+reader then needs neither pyiceberg nor the catalog on the driver.
+
+A plan file holds no credentials: executors' FileIO properties still come from the catalog
+properties (the catalogs file). A table whose FileIO has properties the catalog did not give
+(credentials vended by a REST catalog) gets no plan file (:func:`plannable`). A plan file names
+its table, snapshot, ingestion column and the read range it covers; the reader refuses one
+that does not match its options.
+
+Pure Python with pyarrow for I/O: no pyspark import (the Spark schema is kept as JSON).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from airflow_provider_kappa.exceptions import KappaSourceError
+from airflow_provider_kappa.spark.scan_plan import DeleteRef, FileSpan
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+VERSION = 1
+FILE_IO_PREFIXES = ("s3.", "client.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "py-io-impl")
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """What a bounded ``kappa_iceberg`` reader needs of one table at one pinned snapshot.
+
+    :param table: the table identifier.
+    :param snapshot_id: the pinned snapshot.
+    :param ingestion_column: the ingestion column.
+    :param start_micros: inclusive start of the read range the spans cover (``None``: open).
+    :param end_micros: exclusive end of it (``None``: open).
+    :param location: the table's location (executors' FileIO).
+    :param spark_schema_json: the snapshot schema as a Spark ``StructType`` JSON string.
+    :param metadata_json: table metadata without snapshots, its current schema the snapshot's
+        (what executors need for the pyiceberg read path).
+    :param fields: ``(name, field id, primitive)`` of each top-level column.
+    :param spans: the data files that may hold rows in the range, in lower-bound order.
+    """
+
+    table: str
+    snapshot_id: int | None
+    ingestion_column: str
+    start_micros: int | None
+    end_micros: int | None
+    location: str
+    spark_schema_json: str
+    metadata_json: str
+    fields: tuple[tuple[str, int, bool], ...]
+    spans: tuple[FileSpan, ...]
+
+    def covers(self, start_micros: int | None, end_micros: int | None) -> bool:
+        """Whether the plan's range contains ``[start_micros, end_micros)``."""
+        if self.start_micros is not None and (start_micros is None or start_micros < self.start_micros):
+            return False
+        if self.end_micros is not None and (end_micros is None or end_micros > self.end_micros):
+            return False
+        return True
+
+    def check(self, table: str, snapshot_id: int | None, ingestion_column: str, start: int | None, end: int | None) -> None:
+        """Refuse a plan written for another read.
+
+        :raises KappaSourceError: naming what differs.
+        """
+        want = {"table": table, "ingestion_column": ingestion_column}
+        if snapshot_id is not None:
+            want["snapshot_id"] = snapshot_id  # type: ignore[assignment]
+        have = {"table": self.table, "ingestion_column": self.ingestion_column, "snapshot_id": self.snapshot_id}
+        wrong = {k: (have[k], v) for k, v in want.items() if have[k] != v}
+        if wrong:
+            raise KappaSourceError(
+                "kappa_iceberg: option plan_file is a plan of another read: "
+                + ", ".join(f"{k} is {h!r} in the plan, {w!r} in the options" for k, (h, w) in wrong.items())
+            )
+        if not self.covers(start, end):
+            raise KappaSourceError(
+                f"kappa_iceberg: option plan_file covers [{self.start_micros}, {self.end_micros}) of table "
+                f"{table!r}, not the read range [{start}, {end})"
+            )
+
+    def top_field_ids(self, names: Sequence[str]) -> tuple[tuple[str, int], ...]:
+        """``(name, field id)`` of ``names`` when each is a top-level primitive column, else ``()``
+        (the same rule as the reader's own planning: the direct Parquet read's precondition)."""
+        top = {name: (fid, primitive) for name, fid, primitive in self.fields}
+        out: dict[str, int] = {}
+        for name in names:
+            found = top.get(name)
+            if found is None or not found[1]:
+                return ()
+            out[name] = found[0]
+        return tuple(out.items())
+
+    # ------------------------------------------------------------------------------ JSON
+
+    def to_json(self) -> str:
+        """The plan as JSON (partition values of non-JSON types are tagged)."""
+        return json.dumps(
+            {
+                "version": VERSION,
+                "table": self.table,
+                "snapshot_id": self.snapshot_id,
+                "ingestion_column": self.ingestion_column,
+                "start_micros": self.start_micros,
+                "end_micros": self.end_micros,
+                "location": self.location,
+                "spark_schema": self.spark_schema_json,
+                "metadata": self.metadata_json,
+                "fields": [list(f) for f in self.fields],
+                "spans": [_span_to_list(s) for s in self.spans],
+            },
+            separators=(",", ":"),
+        )
+
+    @staticmethod
+    def from_json(text: str, where: str = "plan file") -> SourcePlan:
+        """Parse :meth:`to_json`'s output.
+
+        :raises KappaSourceError: when the text is not a plan of this version.
+        """
+        try:
+            data = json.loads(text)
+            if data.get("version") != VERSION:
+                raise ValueError(f"version {data.get('version')!r}, expected {VERSION}")
+            return SourcePlan(
+                table=str(data["table"]),
+                snapshot_id=data["snapshot_id"],
+                ingestion_column=str(data["ingestion_column"]),
+                start_micros=data["start_micros"],
+                end_micros=data["end_micros"],
+                location=str(data["location"]),
+                spark_schema_json=str(data["spark_schema"]),
+                metadata_json=str(data["metadata"]),
+                fields=tuple((str(n), int(i), bool(p)) for n, i, p in data["fields"]),
+                spans=tuple(_span_from_list(s) for s in data["spans"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise KappaSourceError(f"kappa_iceberg: {where} is not a kappa scan plan: {e}") from e
+
+
+def _span_to_list(s: FileSpan) -> list[Any]:
+    return [
+        s.path,
+        s.file_format,
+        s.record_count,
+        s.file_size_in_bytes,
+        s.lower_micros,
+        s.upper_micros,
+        s.spec_id,
+        [_encode(v) for v in s.partition],
+        [[d.path, d.file_format] for d in s.deletes],
+    ]
+
+
+def _span_from_list(item: Sequence[Any]) -> FileSpan:
+    path, fmt, records, size, lo, hi, spec_id, partition, deletes = item
+    return FileSpan(
+        path=path,
+        file_format=fmt,
+        record_count=int(records),
+        file_size_in_bytes=int(size),
+        lower_micros=lo,
+        upper_micros=hi,
+        spec_id=int(spec_id),
+        partition=tuple(_decode(v) for v in partition),
+        deletes=tuple(DeleteRef(p, f) for p, f in deletes),
+    )
+
+
+_TAGS: dict[str, Any] = {
+    "bytes": (bytes, lambda v: base64.b64encode(v).decode(), base64.b64decode),
+    "decimal": (Decimal, str, Decimal),
+    "uuid": (uuid.UUID, str, uuid.UUID),
+    "datetime": (datetime, datetime.isoformat, datetime.fromisoformat),
+    "date": (date, date.isoformat, date.fromisoformat),
+    "time": (time, time.isoformat, time.fromisoformat),
+}
+
+
+def _encode(value: Any) -> Any:
+    """A partition value as JSON: primitives as they are, others as ``{"$<type>": text}``."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    for tag, (cls, dump, _) in _TAGS.items():  # datetime before date: a datetime is a date
+        if isinstance(value, cls):
+            return {f"${tag}": dump(value)}
+    raise KappaSourceError(f"partition value {value!r} of type {type(value).__name__} cannot be kept in a scan plan")
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        ((key, text),) = value.items()
+        return _TAGS[key[1:]][2](text)
+    return value
+
+
+# ---------------------------------------------------------------------------------- build
+
+
+def file_io_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """The FileIO properties executors receive from catalog or table properties."""
+    return {k: v for k, v in properties.items() if k.startswith(FILE_IO_PREFIXES)}
+
+
+def plannable(table: Table, catalog_properties: Mapping[str, str]) -> bool:
+    """Whether a reader can read ``table`` from a plan file: its FileIO has no property the
+    catalog properties do not give (a REST catalog may vend credentials with the table)."""
+    return file_io_properties(table.io.properties) == file_io_properties(catalog_properties)
+
+
+def build(
+    table: Table,
+    snapshot_id: int,
+    ingestion_column: str,
+    start_micros: int | None,
+    end_micros: int | None,
+    spans: Sequence[FileSpan] | None = None,
+) -> SourcePlan:
+    """The plan of ``table`` at ``snapshot_id`` for reads inside ``[start_micros, end_micros)``.
+
+    :param table: a loaded pyiceberg table.
+    :param snapshot_id: the pinned snapshot.
+    :param ingestion_column: the ingestion column (checked).
+    :param start_micros: inclusive start of the range (``None``: open).
+    :param end_micros: exclusive end (``None``: open).
+    :param spans: the files of the range when already planned (else read from manifests).
+    :raises KappaSourceError: unknown snapshot, bad ingestion column, unmappable types.
+    """
+    from airflow_provider_kappa.spark import scan_plan
+    from airflow_provider_kappa.spark.iceberg_source import schema_to_spark, trimmed_metadata_json
+
+    snapshot = scan_plan.resolve_snapshot(table, snapshot_id)
+    schema = scan_plan.snapshot_schema(table, snapshot)
+    name = ".".join(table.name())
+    scan_plan.ingestion_field(schema, ingestion_column, name)
+    if spans is None:
+        spans = scan_plan.plan_files(table, snapshot_id, ingestion_column, start_micros, end_micros)
+    else:
+        spans = scan_plan.spans_between(spans, start_micros, end_micros)
+    return SourcePlan(
+        table=name,
+        snapshot_id=snapshot_id,
+        ingestion_column=ingestion_column,
+        start_micros=start_micros,
+        end_micros=end_micros,
+        location=table.metadata.location,
+        spark_schema_json=schema_to_spark(schema).json(),
+        metadata_json=trimmed_metadata_json(table, schema),
+        fields=tuple((f.name, f.field_id, f.field_type.is_primitive) for f in schema.fields),
+        spans=tuple(spans),
+    )
+
+
+# ---------------------------------------------------------------------------------- I/O
+
+
+def write(uri: str, plan: SourcePlan) -> str:
+    """Write ``plan`` to ``uri`` (a local path or any URI ``pyarrow.fs`` knows); return ``uri``."""
+    fs, path = _fs(uri)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as out:
+        out.write(plan.to_json().encode())
+    return uri
+
+
+def read(uri: str) -> SourcePlan:
+    """Read the plan at ``uri``.
+
+    :raises KappaSourceError: when it cannot be read or is not a plan.
+    """
+    fs, path = _fs(uri)
+    try:
+        with fs.open_input_stream(path) as fh:
+            text = bytes(fh.read()).decode()
+    except OSError as e:
+        raise KappaSourceError(f"kappa_iceberg: option plan_file={uri!r} cannot be read: {e}") from e
+    return SourcePlan.from_json(text, f"plan_file {uri!r}")
+
+
+def _fs(uri: str) -> tuple[Any, str]:
+    from pyarrow.fs import FileSystem, LocalFileSystem
+
+    if "://" not in uri:
+        return LocalFileSystem(), uri
+    try:
+        return FileSystem.from_uri(uri)  # type: ignore[no-any-return]
+    except Exception as e:  # pyarrow raises ArrowInvalid / OSError for unknown schemes
+        raise KappaSourceError(f"kappa_iceberg: option plan_file={uri!r} is not reachable by pyarrow.fs: {e}") from e

@@ -1,0 +1,167 @@
+"""The launcher's scan plan (spark/source_plan.py): what it keeps, and readers that use it
+through real local Spark with the catalog out of reach."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_iceberg_source import HOUR, MIN, T0_US, add, load, reader_options, run_query
+
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
+from airflow_provider_kappa.spark import scan_plan, source_plan
+from airflow_provider_kappa.spark.iceberg_source import KappaIcebergStreamReader, table_spark_schema
+from airflow_provider_kappa.spark.scan_plan import DeleteRef, FileSpan
+from lake import create_events_table
+
+
+@pytest.fixture()
+def sp(spark: Any) -> Any:
+    from airflow_provider_kappa.spark.datasource import KappaIcebergDataSource
+
+    spark.dataSource.register(KappaIcebergDataSource)
+    return spark
+
+
+def unreachable(catalog_props: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The same catalog name with a database that does not exist: loading it fails."""
+    return dict(catalog_props, uri=f"sqlite:///{tmp_path}/no/such/dir/catalog.db")
+
+
+def test_json_keeps_every_field_and_partition_value_type() -> None:
+    span = FileSpan(
+        path="file:///w/a.parquet",
+        file_format="PARQUET",
+        record_count=3,
+        file_size_in_bytes=100,
+        lower_micros=None,
+        upper_micros=7,
+        spec_id=2,
+        partition=(
+            5, "x", None, True, 1.5, b"\x00\xff", Decimal("1.20"), uuid.UUID(int=7),
+            date(2026, 1, 2), datetime(2026, 1, 2, 3, tzinfo=timezone.utc),
+        ),  # fmt: skip
+        deletes=(DeleteRef("file:///w/d.parquet", "PARQUET"),),
+    )
+    plan = source_plan.SourcePlan(
+        table="raw.e", snapshot_id=9, ingestion_column="ts", start_micros=0, end_micros=None, location="file:///w",
+        spark_schema_json="{}", metadata_json="{}", fields=(("ts", 1, True), ("tags", 2, False)), spans=(span,),
+    )  # fmt: skip
+    back = source_plan.SourcePlan.from_json(plan.to_json())
+    assert back == plan
+    assert [type(v) for v in back.spans[0].partition] == [type(v) for v in span.partition]
+    assert back.top_field_ids(["ts"]) == (("ts", 1),)
+    assert back.top_field_ids(["ts", "tags"]) == ()  # nested: the reader falls back to pyiceberg
+    with pytest.raises(KappaSourceError, match=r"x.json is not a kappa scan plan: version None"):
+        source_plan.SourcePlan.from_json('{"table": "raw.e"}', "x.json")
+
+
+def test_a_plan_holds_the_files_of_its_range_and_the_snapshot_schema(catalog: Any) -> None:
+    table = create_events_table(catalog, "raw.events")
+    add(table, "a", [5, 40])
+    add(table, "b", [70, 100])
+    add(table, "c", [200])
+    snapshot = table.current_snapshot().snapshot_id
+    start, end = T0_US + 60 * MIN, T0_US + 2 * HOUR
+    plan = source_plan.build(table, snapshot, "ingestion_ts", start, end)
+    assert plan.spans == tuple(scan_plan.plan_files(table, snapshot, "ingestion_ts", start, end))
+    assert [s.path for s in plan.spans] == [s.path for s in scan_plan.plan_files(table, snapshot, "ingestion_ts", None, None)][1:2]
+    assert (plan.table, plan.snapshot_id, plan.start_micros, plan.end_micros) == ("raw.events", snapshot, start, end)
+    assert "s3" not in plan.to_json() and "sqlite" not in plan.to_json()  # no catalog property
+    # narrowing a wider plan gives what planning the narrow range gives
+    wide = source_plan.build(table, snapshot, "ingestion_ts", None, None)
+    assert tuple(scan_plan.spans_between(wide.spans, start, end)) == plan.spans
+    with pytest.raises(KappaSourceError, match=r"ingestion column 'landed_at' does not exist"):
+        source_plan.build(table, snapshot, "landed_at", start, end)
+
+
+def test_a_reader_given_a_plan_reads_what_planning_reads_without_the_catalog(
+    sp: Any, catalog: Any, catalog_props: dict[str, str], lake_dir: Path, tmp_path: Path
+) -> None:
+    table = create_events_table(catalog, "raw.events")
+    ids = add(table, "a", [5, 12, 40, 61])
+    ids += add(table, "b", [11, 29.5, 30, 95])
+    snapshot = table.current_snapshot().snapshot_id
+    start, end = T0_US + 10 * MIN, T0_US + 90 * MIN
+    rng = {"read_start_micros": start, "read_end_micros": end, "snapshot_id": snapshot}
+    planned = run_query(load(sp, reader_options(catalog_props, "raw.events", **rng)), tmp_path / "ck1")
+
+    plan_file = source_plan.write(str(tmp_path / "plans" / "events.json"), source_plan.build(table, snapshot, "ingestion_ts", T0_US, T0_US + 3 * HOUR))
+    for f in (lake_dir / "warehouse").rglob("*.avro"):
+        f.unlink()  # no manifest left to read: only the plan knows the files
+    opts = reader_options(unreachable(catalog_props, tmp_path), "raw.events", **rng, plan_file=plan_file)
+    with pytest.raises(KappaConfigError, match=r"catalog 'lake' cannot be loaded"):
+        table_spark_schema({k: v for k, v in opts.items() if k != "plan_file"})  # the catalog is out of reach
+    given = run_query(load(sp, opts), tmp_path / "ck2")
+
+    expected = Counter(i for i in ids if start <= T0_US + float(i.split("-")[1]) * MIN < end)
+    assert given.rows() == planned.rows() == expected
+    assert given.offsets() == planned.offsets()
+    # the job's projection works from the plan too (field ids kept per top-level column)
+    projected = sp.readStream.format("kappa_iceberg").schema("event_id STRING, ingestion_ts TIMESTAMP").options(**opts).load()
+    assert run_query(projected, tmp_path / "ck3").rows() == expected
+
+
+def test_aligned_tables_are_read_from_their_plans(catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    big = create_events_table(catalog, "raw.impressions")
+    small = create_events_table(catalog, "raw.clicks")
+    add(big, "i", [m * 10 for m in range(0, 24)])  # 4 hours
+    add(small, "c", [2, 230])
+    snaps = {t.name()[-1]: t.current_snapshot().snapshot_id for t in (big, small)}
+    rng = (T0_US, T0_US + 4 * HOUR)
+    files = {
+        name: source_plan.write(str(tmp_path / f"{name}.json"), source_plan.build(t, snaps[name], "ingestion_ts", *rng))
+        for name, t in (("impressions", big), ("clicks", small))
+    }
+    align = json.dumps(
+        [
+            {"catalog": "lake", "table": f"raw.{n}", "ingestion_column": "ingestion_ts", "snapshot_id": snaps[n], "plan_file": files[n]}
+            for n in ("impressions", "clicks")
+        ]
+    )
+
+    def ends(props: dict[str, str], plans: bool) -> list[int]:
+        opts = reader_options(
+            props, "raw.clicks", read_start_micros=rng[0], read_end_micros=rng[1], snapshot_id=snaps["clicks"],
+            max_misalignment_threshold="1h", align_with=align if plans else json.dumps([{**a, "plan_file": None} for a in json.loads(align)]),
+            **({"plan_file": files["clicks"]} if plans else {}),
+        )  # fmt: skip
+        reader = KappaIcebergStreamReader(table_spark_schema(opts), opts)
+        pos, out = reader.initialOffset(), []
+        while (nxt := reader.latestOffset(pos, reader.getDefaultReadLimit())) != pos:
+            out.append(nxt["pos"])
+            pos = nxt
+        return out
+
+    from_catalog = ends(catalog_props, plans=False)
+    assert from_catalog == [T0_US + h * HOUR for h in (1, 2, 3, 4)]  # the big table's data sets the grid
+    assert ends(unreachable(catalog_props, tmp_path), plans=True) == from_catalog
+
+
+def test_a_plan_of_another_read_is_refused(catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    table = create_events_table(catalog, "raw.events")
+    add(table, "a", [5])
+    first = table.current_snapshot().snapshot_id
+    add(table, "b", [6])
+    plan_file = source_plan.write(str(tmp_path / "p.json"), source_plan.build(table, first, "ingestion_ts", T0_US, T0_US + HOUR))
+    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, plan_file=plan_file)
+    assert table_spark_schema(opts) == table_spark_schema({k: v for k, v in opts.items() if k != "plan_file"})
+    cases = [
+        ({"snapshot_id": str(table.current_snapshot().snapshot_id)}, rf"snapshot_id is {first} in the plan"),
+        ({"table": "raw.other"}, r"table is 'raw.events' in the plan, 'raw.other' in the options"),
+        ({"read_end_micros": str(T0_US + 2 * HOUR)}, r"covers \[\d+, \d+\) of table 'raw.events', not the read range"),
+        ({"plan_file": str(tmp_path / "missing.json")}, r"plan_file='.*missing.json' cannot be read"),
+    ]
+    for change, match in cases:
+        with pytest.raises(KappaSourceError, match=match):
+            table_spark_schema(opts | change)
+        with pytest.raises(KappaSourceError, match=match):
+            KappaIcebergStreamReader(table_spark_schema(opts), opts | change).initialOffset()
+    with pytest.raises(KappaConfigError, match=r"option plan_file=.* is for mode 'bounded', not 'tail'"):
+        table_spark_schema(opts | {"mode": "tail"})
