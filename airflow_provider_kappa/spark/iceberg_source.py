@@ -749,7 +749,11 @@ def _caps(limit: ReadLimit) -> dict[str, int | None]:
 
 
 class _BoundedState:
-    """Driver-side state of a bounded read: the plans of this table and of every aligned one."""
+    """Driver-side state of a bounded read: the plans of this table and of every aligned one,
+    from the launcher's plan files when given (option ``plan_file``), else from the catalog."""
+
+    snapshot_id: int | None
+    context: ReadContext
 
     def __init__(self, schema: StructType, opts: ReaderOptions, options: Mapping[str, str]) -> None:
         began = time.monotonic()

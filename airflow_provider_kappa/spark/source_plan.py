@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 VERSION = 1
+#: FileIO property prefixes executors receive (never the catalog's own URI or credentials).
 FILE_IO_PREFIXES = ("s3.", "client.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "py-io-impl")
 
 
@@ -230,7 +231,6 @@ def build(
     ingestion_column: str,
     start_micros: int | None,
     end_micros: int | None,
-    spans: Sequence[FileSpan] | None = None,
 ) -> SourcePlan:
     """The plan of ``table`` at ``snapshot_id`` for reads inside ``[start_micros, end_micros)``.
 
@@ -239,7 +239,6 @@ def build(
     :param ingestion_column: the ingestion column (checked).
     :param start_micros: inclusive start of the range (``None``: open).
     :param end_micros: exclusive end (``None``: open).
-    :param spans: the files of the range when already planned (else read from manifests).
     :raises KappaSourceError: unknown snapshot, bad ingestion column, unmappable types.
     """
     from airflow_provider_kappa.spark import scan_plan
@@ -249,10 +248,7 @@ def build(
     schema = scan_plan.snapshot_schema(table, snapshot)
     name = ".".join(table.name())
     scan_plan.ingestion_field(schema, ingestion_column, name)
-    if spans is None:
-        spans = scan_plan.plan_files(table, snapshot_id, ingestion_column, start_micros, end_micros)
-    else:
-        spans = scan_plan.spans_between(spans, start_micros, end_micros)
+    spans = scan_plan.plan_files(table, snapshot_id, ingestion_column, start_micros, end_micros)
     return SourcePlan(
         table=name,
         snapshot_id=snapshot_id,
