@@ -106,3 +106,21 @@ def test_slice_round_trip(tmp_path: Path) -> None:
 def test_bad_settings(conf: dict[str, str], match: str) -> None:
     with pytest.raises(KappaConfigError, match=match):
         load_settings(conf)
+
+
+def test_catalog_errors_mask_secrets_and_do_not_chain_the_original(tmp_path: Path) -> None:
+    from airflow_provider_kappa.spark.catalog import load_catalog, redact
+
+    props = {
+        "uri": "postgresql://kappa:p%40ss@db:5432/cat",
+        "credential": "client:s3cr3t",
+        "s3.secret-access-key": "AKIASECRET",
+        "warehouse": "s3://bucket/w",
+    }
+    text = "failed: postgresql://kappa:p%40ss@db:5432/cat (p@ss) with client:s3cr3t and AKIASECRET in s3://bucket/w"
+    assert redact(text, props) == "failed: postgresql://kappa:***@db:5432/cat (***) with *** and *** in s3://bucket/w"
+    # a real failure: the message names the catalog; the original exception is not chained
+    # (a traceback would print its text, unmasked, into a task log)
+    with pytest.raises(KappaConfigError, match=r"catalog 'lake' cannot be loaded: OperationalError") as info:
+        load_catalog("lake", {"type": "sql", "uri": f"sqlite:///{tmp_path}/no/such/dir/c.db", "token": "t0k3n"})
+    assert info.value.__cause__ is None and info.value.__suppress_context__

@@ -51,8 +51,42 @@ def _cached(name: str, items: tuple[tuple[str, str], ...]) -> Catalog:
         raise KappaConfigError(f"catalog {name!r}: no properties given (spark.kappa.catalog.{name}.* or the catalogs file)")
     try:
         return _load(name, **dict(items))
-    except Exception as e:  # pyiceberg raises many types; re-raise with the catalog named
-        raise KappaConfigError(f"catalog {name!r} cannot be loaded: {type(e).__name__}: {e}") from e
+    except Exception as e:  # pyiceberg raises many types; re-raise with the catalog named, secrets masked
+        # not chained: the original message (a database URL with its password, a token) would
+        # be printed with the traceback into task logs
+        message = redact(f"{type(e).__name__}: {e}", dict(items))
+        raise KappaConfigError(f"catalog {name!r} cannot be loaded: {message}") from None
+
+
+#: Property-name fragments whose values are secrets (pyiceberg's credential, token, keys, passwords).
+SECRET_KEY_PARTS = ("password", "secret", "token", "credential", "session", "private", "access-key", "key-id")
+
+
+def redact(text: str, properties: Mapping[str, str]) -> str:
+    """``text`` with every secret of ``properties`` replaced by ``***``: values of secret-named
+    properties and the password of any URL-valued property (``uri``: ``postgresql://u:pw@h/db``).
+
+    :param text: an error message that may quote catalog properties.
+    :param properties: the catalog's properties.
+    """
+    from urllib.parse import unquote, urlsplit
+
+    secrets = set()
+    for key, value in properties.items():
+        if not value:
+            continue
+        if any(part in key.lower() for part in SECRET_KEY_PARTS):
+            secrets.add(value)
+        if "://" in value:
+            try:
+                password = urlsplit(value).password
+            except ValueError:
+                password = None
+            if password:
+                secrets.update({password, unquote(password)})
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def load_table(catalog: Catalog, identifier: str) -> Table:
