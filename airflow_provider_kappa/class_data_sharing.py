@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 import shutil
 import time
@@ -29,12 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+log = logging.getLogger(__name__)
+
 CACHE_ENV = "KAPPA_CACHE_DIR"
 """Environment variable naming the folder the archive is kept in."""
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 STALE_LOCK_SECONDS = 30 * 60
 """A lock older than this belongs to a run that died while writing the archive."""
+UNUSED_ARCHIVE_SECONDS = 30 * 24 * 3600
+"""An archive of another JDK, Spark or class path no run has mapped for this long is removed
+when a new archive is kept (each is ~170 MB); a run that maps an archive marks it used."""
 
 _QUIET = "-Xlog:cds*=off"  # the JDK logs every class it cannot archive; nothing a user can act on
 _USER_CHOICES = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "DumpLoadedClassList")
@@ -112,6 +118,7 @@ class ClassDataSharing:
         try:
             if self.writing.is_file() and self.writing.stat().st_size > 0:
                 os.replace(self.writing, self.archive)
+                prune(self.archive.parent, keep=self.archive)
         finally:
             self.abandon()
 
@@ -156,6 +163,7 @@ def plan(
     archive = folder / f"spark-{key}.jsa"
     out = dict(conf)
     if archive.is_file():
+        _mark_used(archive)
         out[JAVA_OPTIONS] = " ".join(filter(None, [user, f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", _QUIET]))
         return ClassDataSharing(conf=out, archive=archive)
     folder.mkdir(parents=True, exist_ok=True)
@@ -165,6 +173,38 @@ def plan(
     sharing.writing = folder / f"spark-{key}.{os.getpid()}.{time.monotonic_ns()}.jsa.tmp"
     out[JAVA_OPTIONS] = " ".join(filter(None, [user, f"-XX:ArchiveClassesAtExit={sharing.writing}", _QUIET]))
     return sharing
+
+
+def prune(folder: Path, keep: Path, now: float | None = None) -> list[Path]:
+    """Remove archives (``spark-*.jsa``) other than ``keep`` that no run has mapped for
+    :data:`UNUSED_ARCHIVE_SECONDS`, and temporary files of runs killed while writing one
+    (older than :data:`STALE_LOCK_SECONDS`). Returns what was removed.
+
+    :param folder: the archive folder.
+    :param keep: the archive just kept.
+    :param now: the current time (default ``time.time()``).
+    """
+    now = time.time() if now is None else now
+    removed = []
+    for path, limit in [*((p, UNUSED_ARCHIVE_SECONDS) for p in folder.glob("spark-*.jsa")),
+                        *((p, STALE_LOCK_SECONDS) for p in folder.glob("spark-*.jsa.tmp"))]:  # fmt: skip
+        try:
+            if path != keep and now - path.stat().st_mtime > limit:
+                path.unlink()
+                removed.append(path)
+        except FileNotFoundError:
+            continue  # another run removed or renamed it meanwhile
+    for path in removed:
+        log.info("removed class data sharing file %s (unused for over %d days)", path, UNUSED_ARCHIVE_SECONDS // 86400)
+    return removed
+
+
+def _mark_used(archive: Path) -> None:
+    """Set the archive's modification time to now: :func:`prune` keeps archives in use."""
+    try:
+        os.utime(archive)
+    except OSError as e:  # a read-only shared cache: the archive is still mapped, only not marked
+        log.debug("cannot mark %s used: %s", archive, e)
 
 
 def _take(lock: Path) -> bool:

@@ -151,3 +151,28 @@ def test_job_class_data_sharing_false_leaves_the_conf_alone(tmp_path: Path, monk
     assert launched == [str(app)]
     assert not (tmp_path / "cache").exists()
     assert "XX:" not in (tmp_path / "off.properties").read_text()
+
+
+def test_archives_unused_for_a_month_are_removed_when_a_new_one_is_kept(tmp_path: Path, home: Path) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    month = cds.UNUSED_ARCHIVE_SECONDS
+    old = folder / "spark-0ldjdk.jsa"  # another JDK's archive, not mapped for over a month
+    recent = folder / "spark-0thersp.jsa"  # another Spark's, mapped a week ago: still in use
+    killed = folder / "spark-0ldjdk.123.456.jsa.tmp"  # left by a run killed while writing
+    unrelated = folder / "notes.txt"
+    for path, age in ((old, month + 60), (recent, 7 * 86400), (killed, 2 * cds.STALE_LOCK_SECONDS), (unrelated, 10 * month)):
+        path.write_bytes(b"x")
+        os.utime(path, (time.time() - age, time.time() - age))
+
+    first = cds.plan({}, home=home, folder=folder)
+    assert first is not None and first.writing is not None
+    first.writing.write_bytes(b"archive")
+    first.keep()
+    assert sorted(p.name for p in folder.iterdir()) == sorted([first.archive.name, recent.name, unrelated.name])
+
+    # mapping an archive marks it used, so an old but used archive is kept by the next prune
+    os.utime(first.archive, (time.time() - 2 * month, time.time() - 2 * month))
+    assert cds.plan({}, home=home, folder=folder) is not None
+    assert time.time() - first.archive.stat().st_mtime < 60
+    assert cds.prune(folder, keep=folder / "spark-other.jsa") == []
