@@ -56,6 +56,7 @@ def app(mode: str, workdir: Path, hours: float, out: Path) -> None:
     session_s = time.monotonic() - began
     plan = workdir / "plans" / "raw.plays.json"
     start, end = bs.T0_US, bs.T0_US + int(hours * bs.HOUR) + bs.MIN
+    extra: dict[str, Any] = {}
     if mode == "batch":
         paths = [s[0] for s in json.loads(plan.read_text())["spans"]]
         rows = bs.aggregation(spark.read.parquet(*paths), streaming=False).collect()
@@ -63,10 +64,12 @@ def app(mode: str, workdir: Path, hours: float, out: Path) -> None:
         spark.dataSource.register(KappaIcebergDataSource)
         opts = bs.kappa_options(workdir, "raw.plays", start, end, plan_file=str(plan))
         df = spark.readStream.format("kappa_iceberg").options(**opts).load()
-        _, rows, _ = bs.run_stream(bs.aggregation(df, streaming=True), workdir / "ck" / "app-kappa")
+        secs, rows, progress = bs.run_stream(bs.aggregation(df, streaming=True), workdir / "ck" / "app-kappa")
+        extra = {**bs.batch_times(progress), **bs.startup(secs, progress),
+                 "first_batch_ms": progress[0].durationMs if progress else {}}
     job_s = time.monotonic() - began - session_s
     spark.stop()
-    out.write_text(json.dumps({"session_s": round(session_s, 2), "job_s": round(job_s, 2),
+    out.write_text(json.dumps({"session_s": round(session_s, 2), "job_s": round(job_s, 2), **extra,
                                "rows": [[r.window_start.isoformat(), r.show_id, r["count"]] for r in rows]}))
 
 
