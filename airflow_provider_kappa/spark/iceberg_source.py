@@ -388,7 +388,7 @@ def read_context(table: Table, schema: Schema, columns: Sequence[str], ingestion
         io_properties=file_io_properties(table.io.properties),
         columns=tuple(columns),
         ingestion_column=ingestion_column,
-        field_ids=_direct_field_ids(schema, [*columns, ingestion_column]),
+        field_ids=source_plan.direct_field_ids(source_plan.top_fields(schema), [*columns, ingestion_column]),
     )
 
 
@@ -421,19 +421,6 @@ def trimmed_metadata_json(table: Table, schema: Schema) -> str:
         }
     )
     return str(metadata.model_dump_json())
-
-
-def _direct_field_ids(schema: Schema, names: Sequence[str]) -> tuple[tuple[str, int], ...]:
-    """``(name, field id)`` of ``names`` when all are top-level primitive columns of ``schema``
-    (what the direct Parquet read handles), else ``()``."""
-    out: dict[str, int] = {}
-    top = {f.name: f for f in schema.fields}
-    for name in names:
-        field = top.get(name)
-        if field is None or not field.field_type.is_primitive:
-            return ()
-        out[name] = field.field_id
-    return tuple(out.items())
 
 
 def make_partitions(

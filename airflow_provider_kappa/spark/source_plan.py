@@ -32,6 +32,7 @@ from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.spark.scan_plan import DeleteRef, FileSpan
 
 if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
 VERSION = 1
@@ -97,16 +98,8 @@ class SourcePlan:
             )
 
     def top_field_ids(self, names: Sequence[str]) -> tuple[tuple[str, int], ...]:
-        """``(name, field id)`` of ``names`` when each is a top-level primitive column, else ``()``
-        (the same rule as the reader's own planning: the direct Parquet read's precondition)."""
-        top = {name: (fid, primitive) for name, fid, primitive in self.fields}
-        out: dict[str, int] = {}
-        for name in names:
-            found = top.get(name)
-            if found is None or not found[1]:
-                return ()
-            out[name] = found[0]
-        return tuple(out.items())
+        """See :func:`direct_field_ids`."""
+        return direct_field_ids(self.fields, names)
 
     # ------------------------------------------------------------------------------ JSON
 
@@ -153,6 +146,25 @@ class SourcePlan:
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise KappaSourceError(f"kappa_iceberg: {where} is not a kappa scan plan: {e}") from e
+
+
+def top_fields(schema: Schema) -> tuple[tuple[str, int, bool], ...]:
+    """``(name, field id, primitive)`` of each top-level column of an Iceberg schema."""
+    return tuple((f.name, f.field_id, f.field_type.is_primitive) for f in schema.fields)
+
+
+def direct_field_ids(fields: Sequence[tuple[str, int, bool]], names: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """``(name, field id)`` of ``names`` when each is a top-level primitive column among
+    ``fields`` (:func:`top_fields`), else ``()``: the direct Parquet read's precondition (without
+    it, executors read with pyiceberg)."""
+    top = {name: (fid, primitive) for name, fid, primitive in fields}
+    out: dict[str, int] = {}
+    for name in names:
+        found = top.get(name)
+        if found is None or not found[1]:
+            return ()
+        out[name] = found[0]
+    return tuple(out.items())
 
 
 def _span_to_list(s: FileSpan) -> list[Any]:
@@ -258,7 +270,7 @@ def build(
         location=table.metadata.location,
         spark_schema_json=schema_to_spark(schema).json(),
         metadata_json=trimmed_metadata_json(table, schema),
-        fields=tuple((f.name, f.field_id, f.field_type.is_primitive) for f in schema.fields),
+        fields=top_fields(schema),
         spans=tuple(spans),
     )
 
