@@ -107,6 +107,10 @@ def test_the_direct_parquet_read_opens_s3_files_through_the_file_io(s3_table: tu
     scanned = table.scan(row_filter=f"ingestion_ts >= '{(T0 + timedelta(minutes=10)).isoformat()}' and ingestion_ts < '{(T0 + timedelta(minutes=30)).isoformat()}'")
     assert sorted(direct) == sorted(scanned.to_arrow().column("event_id").to_pylist())
     assert len(direct) == 10  # minutes 10, 12, ... 18 of the first file and 20 ... 28 of the second
+    # the launcher hands a plan over only when the catalog properties give the table's FileIO
+    # everything it has (a credential vended with the table would be missing on executors)
+    assert source_plan.plannable(table, s3_props)
+    assert not source_plan.plannable(table, {k: v for k, v in s3_props.items() if k != "s3.secret-access-key"})
 
 
 @pytest.mark.parametrize("planned", [False, True], ids=["reader-plans", "launcher-plan"])
