@@ -165,3 +165,27 @@ def test_a_plan_of_another_read_is_refused(catalog: Any, catalog_props: dict[str
             KappaIcebergStreamReader(table_spark_schema(opts), opts | change).initialOffset()
     with pytest.raises(KappaConfigError, match=r"option plan_file=.* is for mode 'bounded', not 'tail'"):
         table_spark_schema(opts | {"mode": "tail"})
+
+
+def test_a_reader_given_a_plan_imports_no_pyiceberg(catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+    """What the plan is for: the driver's Python processes of a slice (schema() and the stream
+    reader) skip pyiceberg's imports, the catalog and the manifests."""
+    import subprocess
+    import sys
+
+    table = create_events_table(catalog, "raw.events")
+    add(table, "a", [5, 40])
+    snapshot = table.current_snapshot().snapshot_id
+    plan_file = source_plan.write(str(tmp_path / "p.json"), source_plan.build(table, snapshot, "ingestion_ts", T0_US, T0_US + HOUR))
+    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, plan_file=plan_file)
+    code = (
+        "import json, sys\n"
+        "from airflow_provider_kappa.spark.iceberg_source import KappaIcebergStreamReader, table_spark_schema\n"
+        f"opts = json.loads({json.dumps(json.dumps(opts))})\n"
+        "reader = KappaIcebergStreamReader(table_spark_schema(opts), opts)\n"
+        "start = reader.initialOffset()\n"
+        "parts = reader.partitions(start, reader.latestOffset(start, reader.getDefaultReadLimit()))\n"
+        "print(len(parts), sorted(m for m in sys.modules if m.split('.')[0] in ('pyiceberg', 'sqlalchemy')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    assert out == ["1", "[]"]
