@@ -31,6 +31,36 @@ if TYPE_CHECKING:
 MARKER = "_KAPPA_BOUNDARY"
 
 
+def filesystem(uri: str, what: str, error: type[Exception] = KappaSinkError) -> tuple[FileSystem, str]:
+    """The pyarrow filesystem and path of ``uri`` (a path without a scheme is local).
+
+    :param uri: a local path or a URI pyarrow knows (``file://``, ``s3://``, ``gs://``, ``hdfs://``).
+    :param what: names ``uri`` in the error (e.g. ``"checkpoint folder"``).
+    :param error: the exception type raised when pyarrow cannot reach it.
+    """
+    from pyarrow.fs import FileSystem, LocalFileSystem
+
+    if "://" not in uri:
+        return LocalFileSystem(), uri
+    try:
+        return FileSystem.from_uri(uri)  # type: ignore[no-any-return]
+    except Exception as e:  # pyarrow raises ArrowInvalid / OSError for unknown schemes
+        raise error(f"{what} {uri!r} is not reachable by pyarrow.fs: {e}") from e
+
+
+def write_text(fs: FileSystem, path: str, text: str) -> None:
+    """Write ``text`` to ``path`` of ``fs``, creating its folder."""
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as out:
+        out.write(text.encode())
+
+
+def read_text(fs: FileSystem, path: str) -> str:
+    """The text at ``path`` of ``fs`` (``OSError`` when it cannot be read)."""
+    with fs.open_input_stream(path) as fh:
+        return bytes(fh.read()).decode()
+
+
 def backfill_root(checkpoint_root: str, job: str, backfill_id: str) -> str:
     """``<checkpoint_root>/<job>/backfill/<backfill_id>``.
 
@@ -51,12 +81,7 @@ class CheckpointStore:
         self.root = root.rstrip("/")
 
     def _fs(self) -> tuple[FileSystem, str]:
-        from pyarrow.fs import FileSystem
-
-        try:
-            return FileSystem.from_uri(self.root)  # type: ignore[no-any-return]
-        except Exception as e:  # pyarrow raises ArrowInvalid / OSError for unknown schemes
-            raise KappaSinkError(f"checkpoint folder {self.root!r} is not reachable by pyarrow.fs: {e}") from e
+        return filesystem(self.root, "checkpoint folder")
 
     # paths --------------------------------------------------------------------------------
 
@@ -115,15 +140,11 @@ class CheckpointStore:
 
     def _write(self, uri: str, text: str) -> None:
         fs, _ = self._fs()
-        path = self._local(uri)
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        with fs.open_output_stream(path) as out:
-            out.write(text.encode())
+        write_text(fs, self._local(uri), text)
 
     def _read(self, uri: str) -> str:
         fs, _ = self._fs()
-        with fs.open_input_stream(self._local(uri)) as fh:
-            return bytes(fh.read()).decode()
+        return read_text(fs, self._local(uri))
 
     # sequential ---------------------------------------------------------------------------
 

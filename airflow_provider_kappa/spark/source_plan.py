@@ -28,6 +28,7 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from airflow_provider_kappa.checkpoints import filesystem, read_text, write_text
 from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.spark.scan_plan import DeleteRef, FileSpan
 
@@ -280,10 +281,8 @@ def build(
 
 def write(uri: str, plan: SourcePlan) -> str:
     """Write ``plan`` to ``uri`` (a local path or any URI ``pyarrow.fs`` knows); return ``uri``."""
-    fs, path = _fs(uri)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with fs.open_output_stream(path) as out:
-        out.write(plan.to_json().encode())
+    fs, path = filesystem(uri, "kappa_iceberg: option plan_file", KappaSourceError)
+    write_text(fs, path, plan.to_json())
     return uri
 
 
@@ -292,21 +291,10 @@ def read(uri: str) -> SourcePlan:
 
     :raises KappaSourceError: when it cannot be read or is not a plan.
     """
-    fs, path = _fs(uri)
+    fs, path = filesystem(uri, "kappa_iceberg: option plan_file", KappaSourceError)
     try:
-        with fs.open_input_stream(path) as fh:
-            text = bytes(fh.read()).decode()
+        text = read_text(fs, path)
     except OSError as e:
         raise KappaSourceError(f"kappa_iceberg: option plan_file={uri!r} cannot be read: {e}") from e
     return SourcePlan.from_json(text, f"plan_file {uri!r}")
 
-
-def _fs(uri: str) -> tuple[Any, str]:
-    from pyarrow.fs import FileSystem, LocalFileSystem
-
-    if "://" not in uri:
-        return LocalFileSystem(), uri
-    try:
-        return FileSystem.from_uri(uri)  # type: ignore[no-any-return]
-    except Exception as e:  # pyarrow raises ArrowInvalid / OSError for unknown schemes
-        raise KappaSourceError(f"kappa_iceberg: option plan_file={uri!r} is not reachable by pyarrow.fs: {e}") from e
