@@ -54,7 +54,7 @@ def app(mode: str, workdir: Path, hours: float, out: Path) -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     session_s = time.monotonic() - began
-    plan = workdir / "plans" / "raw.plays.json"
+    plan = bs.plays_plan_path(workdir)
     start, end = bs.T0_US, bs.T0_US + int(hours * bs.HOUR) + bs.MIN
     extra: dict[str, Any] = {}
     if mode == "batch":
@@ -71,18 +71,6 @@ def app(mode: str, workdir: Path, hours: float, out: Path) -> None:
     spark.stop()
     out.write_text(json.dumps({"session_s": round(session_s, 2), "job_s": round(job_s, 2), **extra,
                                "rows": [[r.window_start.isoformat(), r.show_id, r["count"]] for r in rows]}))
-
-
-def write_plan(workdir: Path, hours: float) -> float:
-    """What the launcher does before a slice's spark-submit: write the source's scan plan."""
-    from airflow_provider_kappa.spark import source_plan
-
-    began = time.monotonic()
-    table = bs.load_catalog(workdir).load_table("raw.plays")
-    start, end = bs.T0_US, bs.T0_US + int(hours * bs.HOUR) + bs.MIN
-    source_plan.write(str(workdir / "plans" / "raw.plays.json"),
-                      source_plan.build(table, table.current_snapshot().snapshot_id, "ingestion_ts", start, end))
-    return time.monotonic() - began
 
 
 def submit(mode: str, workdir: Path, hours: float) -> dict[str, Any]:
@@ -128,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     bs.prepare(args.workdir, args.rows, args.hours)
     result: dict[str, Any] = {"machine": bs.machine(), "command": " ".join([Path(sys.executable).name, *sys.argv])}
-    result["launcher_plan_s"] = round(write_plan(args.workdir, args.hours), 2)
+    result["launcher_plan_s"] = bs.write_plays_plan(args.workdir, bs.T0_US, bs.T0_US + int(args.hours * bs.HOUR) + bs.MIN)
     cutoff = (bs.T0 + timedelta(hours=args.hours) - timedelta(minutes=30)).replace(tzinfo=None).isoformat()
     runs: dict[str, list[dict[str, Any]]] = {"batch": [], "kappa": []}
     for i in range(args.repeat):
