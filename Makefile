@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install java chromium clean
+.PHONY: demo test test-fast install java chromium clean
 
 demo: $(STAMP)
 	$(BIN)/kappa demo
@@ -13,6 +13,10 @@ demo: $(STAMP)
 test: $(STAMP) chromium
 	@# pytest exits 5 when it collected no test: that is a failure here.
 	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
+
+# the fast tier (tests/unit: no Spark, no Airflow DB, no server), under 2 minutes
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
 
 install: $(STAMP)
 
@@ -31,7 +35,7 @@ $(STAMP): setup.cfg pyproject.toml | java
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is missing: install it with 'apt-get install -y python3.11 python3.11-venv' and retry."; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,demo]'
 	# pyspark-client (from the Spark provider) overwrites part of the pyspark package;
 	# reinstall pyspark last so every file is pyspark's own (same pinned release).
 	$(BIN)/pip install --quiet --no-deps --force-reinstall "$$(grep -E '^ *pyspark==' setup.cfg | tr -d ' ')"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kappa.config import load_config
-from airflow_provider_kappa.params import param_schemas
+from airflow_provider_kappa.backfill.config import load_config
+from airflow_provider_kappa.backfill.params import param_schemas
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG

@@ -79,7 +79,7 @@ def land(
     import numpy as np
     import pyarrow as pa
 
-    from airflow_provider_kappa.lake_schema import RAW_EVENTS_ARROW
+    from airflow_provider_kappa.demo.lake_schema import RAW_EVENTS_ARROW
 
     rng = np.random.default_rng(seed)
     chunks = int(hours * 60 / CHUNK_MIN)
@@ -113,7 +113,7 @@ def land(
 def prepare(workdir: Path, rows: int, hours: float) -> None:
     """Create raw.plays (aggregation input) and raw.impressions / raw.clicks (10:1 join pair,
     2 hours, impressions with a one-hour outage from minute 30 to 90)."""
-    from airflow_provider_kappa.lake_schema import create_raw_table
+    from airflow_provider_kappa.demo.lake_schema import create_raw_table
 
     (workdir / "warehouse").mkdir(parents=True, exist_ok=True)
     cat = load_catalog(workdir)
@@ -550,7 +550,7 @@ def make_many_files(workdir: Path, files: int, per_commit: int) -> float:
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
-    from airflow_provider_kappa.lake_schema import create_raw_table
+    from airflow_provider_kappa.demo.lake_schema import create_raw_table
 
     cat = load_catalog(workdir)
     if cat.table_exists("raw.many"):

@@ -3,18 +3,18 @@
     .venv/bin/python benchmarks/bench_talks.py --workdir /tmp/kappa-talks --hours 3 --rate 100 \\
         --md benchmarks/comparison.md
 
-One lake from :mod:`airflow_provider_kappa.lakegen` (impressions and playbacks, 10:1, landed
+One lake from :mod:`airflow_provider_kappa.demo.lakegen` (impressions and playbacks, 10:1, landed
 every ``--landing``), the unchanged ``rmi`` example job (a stream-stream join then a windowed
 count), and six ways to compute its output:
 
-- ``live``: the live reference (:mod:`airflow_provider_kappa.live_reference`): the job LIVE over
+- ``live``: the live reference (:mod:`airflow_provider_kappa.demo.live_reference`): the job LIVE over
   the lake in ingestion order, one landing per micro-batch. The truth.
 - ``strawman 1 (unordered)``: the job reading whole files in random order, several per
   micro-batch (``bench_file_order`` of bench_source.py), no alignment.
 - ``strawman 2 (strict order)``: the job reading one file per source per micro-batch
   (``kappa_iceberg`` with ``max_files_per_batch=1``).
 - ``Kappa sequential`` / ``Kappa parallel``: the real backfill path
-  (:mod:`airflow_provider_kappa.backfill`: snapshot, plan, one spark-submit per slice,
+  (:mod:`airflow_provider_kappa.backfill.steps`: snapshot, plan, one spark-submit per slice,
   validate), the code the DAG's tasks run. Parallel slices run ``--parallelism`` at once.
 - ``batch job``: the hand-written plain Spark batch job over the same Parquet files (the speed limit).
 
@@ -71,7 +71,7 @@ LABELS = {
 
 
 def lake_spec(args: argparse.Namespace) -> Any:
-    from airflow_provider_kappa.lakegen import LakeSpec
+    from airflow_provider_kappa.demo.lakegen import LakeSpec
     from airflow_provider_kappa.timeparse import parse_duration
 
     return LakeSpec(hours=args.hours, rate=args.rate, seed=args.seed, landing_interval=parse_duration(args.landing, "--landing"))
@@ -79,7 +79,7 @@ def lake_spec(args: argparse.Namespace) -> Any:
 
 def prepare_lake(args: argparse.Namespace) -> dict[str, Any]:
     """Generate the lake in ``<workdir>/lake`` (reused while its parameters are unchanged)."""
-    from airflow_provider_kappa.lakegen import generate_lake, local_catalog
+    from airflow_provider_kappa.demo.lakegen import generate_lake, local_catalog
 
     lake = Path(args.workdir) / "lake"
     params = {"hours": args.hours, "rate": args.rate, "seed": args.seed, "landing": args.landing, "version": 1}
@@ -110,15 +110,15 @@ def window(args: argparse.Namespace) -> tuple[datetime, datetime]:
 
 
 def job_config(lake: Path) -> Any:
-    from airflow_provider_kappa.config import load_config
-    from airflow_provider_kappa.live_reference import lake_env
+    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.demo.live_reference import lake_env
 
     with lake_env(lake):
         return load_config(CONFIG)
 
 
 def catalog(lake: Path) -> Any:
-    from airflow_provider_kappa.lakegen import local_catalog
+    from airflow_provider_kappa.demo.lakegen import local_catalog
 
     return local_catalog(lake)
 
@@ -127,8 +127,8 @@ def catalog(lake: Path) -> Any:
 
 
 def run_live(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    from airflow_provider_kappa.live_reference import run_live_reference
-    from airflow_provider_kappa.progress import event_log_conf, read_progress
+    from airflow_provider_kappa.demo.live_reference import run_live_reference
+    from airflow_provider_kappa.backfill.progress import event_log_conf, read_progress
 
     lake = Path(args.workdir) / "lake"
     events = _fresh(out / "eventlog")
@@ -141,8 +141,8 @@ def run_live(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 def run_kappa(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     """The real backfill path, as the DAG's tasks call it: snapshot, plan, slices, validate.
     Nothing is published: the live output stays the reference."""
-    from airflow_provider_kappa import backfill as bfm
-    from airflow_provider_kappa.demo import PARALLEL_TAIL
+    from airflow_provider_kappa.backfill import steps as bfm
+    from airflow_provider_kappa.demo.story import PARALLEL_TAIL
     from airflow_provider_kappa.timeparse import format_duration
 
     lake = Path(args.workdir) / "lake"
@@ -212,7 +212,7 @@ def run_child(args: argparse.Namespace, variant: str, out: Path) -> dict[str, An
 def child(args: argparse.Namespace, variant: str) -> None:
     """One variant in this process: strawman 1, strawman 2 (the unchanged job through the
     kappa_iceberg writer into a staging table) or the batch job (rows written as Parquet)."""
-    from airflow_provider_kappa.progress import event_log_conf, read_progress
+    from airflow_provider_kappa.backfill.progress import event_log_conf, read_progress
 
     out = Path(args.workdir) / "runs"
     lake = Path(args.workdir) / "lake"
@@ -256,10 +256,10 @@ def _session(cfg: Any, extra: dict[str, str]) -> Any:
 def _streaming_job(spark: Any, args: argparse.Namespace, cfg: Any, variant: str) -> dict[str, Any]:
     """The unchanged rmi.py in this process, configured as one slice over the whole lake
     that owns the compared window; strawman 1 swaps the reader."""
-    from airflow_provider_kappa.launch import SliceRun, slice_conf, write_catalogs_file
+    from airflow_provider_kappa.backfill.launch import SliceRun, slice_conf, write_catalogs_file
     from airflow_provider_kappa.spark import resolve
     from airflow_provider_kappa.spark.settings import IcebergSourceSettings
-    from airflow_provider_kappa.staging import clear_slice, staging_table_name
+    from airflow_provider_kappa.spark.staging import clear_slice, staging_table_name
     from airflow_provider_kappa.timeparse import parse_duration
 
     lake = Path(args.workdir) / "lake"
@@ -360,7 +360,7 @@ def _fresh(path: Path) -> Path:
 
 
 def _progress_facts(progress: list[dict[str, Any]]) -> dict[str, Any]:
-    from airflow_provider_kappa.progress import summarize
+    from airflow_provider_kappa.backfill.progress import summarize
 
     m = summarize(progress, 0.0)
     return {"batches": m.batches, "rows_read": m.rows_read, "peak_state_rows": m.peak_state_rows}
@@ -381,7 +381,7 @@ def compare_with_live(args: argparse.Namespace, variant: str, result: dict[str, 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from airflow_provider_kappa.validate import compare_rows, in_window_mask, read_window
+    from airflow_provider_kappa.backfill.validate import compare_rows, in_window_mask, read_window
 
     cat = catalog(Path(args.workdir) / "lake")
     cfg = job_config(Path(args.workdir) / "lake")

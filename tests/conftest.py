@@ -1,6 +1,15 @@
 """Shared fixtures: one local SparkSession per test session, a real sqlite SqlCatalog per test.
 
-Helpers that several test modules need live in ``tests/lake.py``.
+Tests mirror the package's rooms by tier (each folder marks its tests):
+
+- ``tests/unit/`` (marker ``unit``): no Spark, no Airflow metadata DB, no server; a file-backed
+  sqlite catalog is allowed. ``make test-fast`` runs them.
+- ``tests/integration/`` (marker ``integration``): real local Spark, ``dag.test()``, spark-submit.
+- ``tests/deploy/`` (marker ``deploy``): real deployments started and stopped by the tests
+  (Airflow api-server + scheduler, a Spark standalone cluster, headless chromium).
+
+Helpers that several test modules need live in ``tests/lake.py``, ``tests/airflow_env.py`` and
+the server helpers in ``tests/servers/``.
 """
 
 from __future__ import annotations
@@ -23,6 +32,18 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 _CDS = tempfile.mkdtemp(prefix="kappa-test-cds-")
 os.environ["KAPPA_CACHE_DIR"] = _CDS
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+TIERS = ("unit", "integration", "deploy")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with the tier of its folder; a test outside the tier folders is an error."""
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts
+        if parts[0] not in TIERS:
+            raise pytest.UsageError(f"test {item.nodeid} lies outside tests/unit, tests/integration and tests/deploy")
+        item.add_marker(parts[0])
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -10,14 +10,14 @@ T0 = datetime(2026, 11, 1, 0, 0, tzinfo=timezone.utc)
 
 def events_schema() -> Any:
     """The landed-event schema of raw.impressions / raw.playbacks."""
-    from airflow_provider_kappa.lake_schema import RAW_EVENTS_SCHEMA
+    from airflow_provider_kappa.demo.lake_schema import RAW_EVENTS_SCHEMA
 
     return RAW_EVENTS_SCHEMA
 
 
 def create_events_table(catalog: Any, identifier: str) -> Any:
     """Create ``identifier`` (and its namespace) with the landed-event schema, partitioned by ingestion hour."""
-    from airflow_provider_kappa.lake_schema import create_raw_table
+    from airflow_provider_kappa.demo.lake_schema import create_raw_table
 
     return create_raw_table(catalog, identifier)
 
@@ -26,7 +26,7 @@ def append_events(table: Any, rows: Iterable[dict[str, Any]]) -> None:
     """Append ``rows`` (dicts with the schema's fields) as one snapshot."""
     import pyarrow as pa
 
-    from airflow_provider_kappa.lake_schema import RAW_EVENTS_ARROW
+    from airflow_provider_kappa.demo.lake_schema import RAW_EVENTS_ARROW
 
     rows = list(rows)
     table.append(pa.Table.from_pylist(rows, schema=RAW_EVENTS_ARROW))

@@ -1,7 +1,7 @@
 """``kappa backfill --config kappa.yaml --start T --end T [backfill options]``: snapshot, plan,
 run every slice, validate and publish, without an Airflow deployment.
 
-The same functions as the Airflow operators (:mod:`airflow_provider_kappa.backfill`). Slices
+The same functions as the Airflow operators (:mod:`airflow_provider_kappa.backfill.steps`). Slices
 run one after the other (``parallel`` slices are independent, so any order gives the same
 result); each slice's spark-submit output goes to a log file, not the terminal. Exits 0 on
 success (published, or validated for ``--dry-run`` / ``--no-publish``, or ``--release-lock``
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from airflow_provider_kappa.cli.plan import add_backfill_arguments, load_backfill, plan_table, print_header
 
 if TYPE_CHECKING:
-    from airflow_provider_kappa.backfill import Backfill
+    from airflow_provider_kappa.backfill.steps import Backfill
 
 #: The stdlib logger of the backfill steps (details go to the slice log, not the terminal).
 _STEPS_LOGGER = "airflow_provider_kappa"
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from airflow_provider_kappa import backfill
+    from airflow_provider_kappa.backfill import steps as backfill
     from airflow_provider_kappa.exceptions import KappaValidationError
 
     console = Console()

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from airflow_provider_kappa.exceptions import KappaConfigError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``kappa demo``."""
-    from airflow_provider_kappa.demo import JOBS, MODES
+    from airflow_provider_kappa.backfill.params import MODES
+    from airflow_provider_kappa.examples import JOBS
 
     parser.add_argument("--workdir", type=Path, default=None, help="demo folder (default ./kappa-demo; wiped each run)")
     parser.add_argument("--hours", type=float, default=2.0, help="hours of landed events (default 2, at least 2)")
@@ -33,7 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; exit 0 when every backfill ran and published."""
-    from airflow_provider_kappa.demo import DemoOptions, default_workdir, run_demo
+    try:
+        import numpy  # noqa: F401  (the lake generator's one extra dependency)
+    except ImportError as e:
+        raise KappaConfigError(
+            "kappa demo needs the [demo] extra: pip install 'airflow-provider-kappa[demo]' (or make demo)"
+        ) from e
+    from airflow_provider_kappa.demo.story import DemoOptions, default_workdir, run_demo
 
     opts = DemoOptions(
         workdir=args.workdir or default_workdir(),

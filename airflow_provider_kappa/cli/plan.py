@@ -13,14 +13,14 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from airflow_provider_kappa.backfill import Backfill
-    from airflow_provider_kappa.planner import BackfillPlan
+    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.plan import BackfillPlan
 
 
 def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``kappa plan`` and ``kappa backfill`` (DESIGN.md "Command line").
 
-    Unset options take the job's ``backfill:`` defaults (see :func:`airflow_provider_kappa.params.parse_params`).
+    Unset options take the job's ``backfill:`` defaults (see :func:`airflow_provider_kappa.backfill.params.parse_params`).
     """
     parser.add_argument("--config", required=True, help="path to the job's kappa.yaml")
     parser.add_argument("--start", required=True, help="window start, ISO-8601 with an offset (inclusive)")
@@ -50,12 +50,12 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_backfill(args: argparse.Namespace) -> Backfill:
     """Load the config, validate the flags, and check (reading only) the tables, so bad input is
-    refused before anything is written (:func:`airflow_provider_kappa.backfill.check_inputs`):
+    refused before anything is written (:func:`airflow_provider_kappa.backfill.steps.check_inputs`):
     ``kappa plan`` checks the source tables it reads; ``kappa backfill`` also the sinks' target
     tables and the job's application.
     """
-    from airflow_provider_kappa.backfill import Backfill, check_inputs
-    from airflow_provider_kappa.config import load_config
+    from airflow_provider_kappa.backfill.steps import Backfill, check_inputs
+    from airflow_provider_kappa.backfill.config import load_config
 
     bf = Backfill.create(load_config(args.config), params_from_args(args))
     check_inputs(bf, runs=getattr(args, "verb", "backfill") != "plan")
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the slice table of a backfill at the sources' current snapshots."""
     from rich.console import Console
 
-    from airflow_provider_kappa import backfill
+    from airflow_provider_kappa.backfill import steps as backfill
 
     console = Console()
     bf = load_backfill(args)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from airflow_provider_kappa.config import load_config
-from airflow_provider_kappa.launch import live_conf, write_catalogs_file
-from airflow_provider_kappa.submit import submit
+from airflow_provider_kappa.backfill.config import load_config
+from airflow_provider_kappa.backfill.launch import live_conf, write_catalogs_file
+from airflow_provider_kappa.backfill.submit import submit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

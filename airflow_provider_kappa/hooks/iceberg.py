@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_kappa.config import JobConfig, load_config
+from airflow_provider_kappa.backfill.config import JobConfig, load_config
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
-    from airflow_provider_kappa.backfill import CatalogFor
+    from airflow_provider_kappa.backfill.steps import CatalogFor
 
 
 class KappaIcebergHook(BaseHook):
@@ -48,7 +48,7 @@ class KappaIcebergHook(BaseHook):
 
     def get_conn(self) -> CatalogFor:
         """A loader of the job's catalogs by name (cached per process)."""
-        from airflow_provider_kappa.backfill import job_catalogs
+        from airflow_provider_kappa.backfill.steps import job_catalogs
 
         return job_catalogs(self.config)
 

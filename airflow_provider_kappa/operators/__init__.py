@@ -1,6 +1,6 @@
 """Airflow operators of a Kappa backfill: snapshot, plan, slice run, validate, publish.
 
-Each is a thin shell over :mod:`airflow_provider_kappa.backfill` (the code path ``kappa backfill``
+Each is a thin shell over :mod:`airflow_provider_kappa.backfill.steps` (the code path ``kappa backfill``
 runs too). Parameters come from the DAG run's Params unless ``backfill_params`` is given;
 ``template_fields`` are assigned verbatim in ``__init__`` and validated in ``execute``.
 Bad input (parameters, config, a window outside the data, a failed validation) fails the task
@@ -22,13 +22,13 @@ from airflow_provider_kappa.exceptions import (
     KappaSourceError,
     KappaValidationError,
 )
-from airflow_provider_kappa.params import KEYS
+from airflow_provider_kappa.backfill.params import KEYS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_kappa.backfill import Backfill
-    from airflow_provider_kappa.planner import BackfillPlan
+    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.plan import BackfillPlan
 
 #: Errors a retry cannot fix (a refusal by another backfill's lock included: it lasts until
 #: that backfill publishes, far longer than a retry delay).
@@ -81,8 +81,8 @@ class KappaBackfillBaseOperator(BaseOperator):
 
     def load_backfill(self, context: Context) -> Backfill:
         """Load the config and validate the parameters (fails fast on bad input)."""
-        from airflow_provider_kappa.backfill import Backfill
-        from airflow_provider_kappa.config import load_config
+        from airflow_provider_kappa.backfill.steps import Backfill
+        from airflow_provider_kappa.backfill.config import load_config
         from airflow_provider_kappa.hooks.iceberg import KappaIcebergHook
 
         if not isinstance(self.config_path, str) or not self.config_path:
@@ -94,7 +94,7 @@ class KappaBackfillBaseOperator(BaseOperator):
     @staticmethod
     def load_plan(value: Any, bf: Backfill, what: str) -> BackfillPlan:
         """The slices pushed by the plan task, checked to belong to this backfill."""
-        from airflow_provider_kappa.planner import BackfillPlan, SlicePlan
+        from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan
 
         if not isinstance(value, (list, tuple)) or not value or not all(isinstance(s, Mapping) for s in value):
             raise AirflowFailException(f"{what}: plan must be the plan task's XCom (a list of slices), got {value!r}")

@@ -36,7 +36,7 @@ class KappaPlanOperator(KappaBackfillBaseOperator):
         self.snapshot = snapshot
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        from airflow_provider_kappa import backfill
+        from airflow_provider_kappa.backfill import steps as backfill
 
         bf = self.load_backfill(context)
         if not isinstance(self.snapshot, Mapping) or not isinstance(self.snapshot.get("snapshot_ids"), Mapping):
@@ -80,7 +80,7 @@ class KappaModeBranchOperator(BaseBranchOperator, KappaBackfillBaseOperator):
         self.parallel_task_id = parallel_task_id
 
     def choose_branch(self, context: Context) -> str:
-        from airflow_provider_kappa.params import SEQUENTIAL
+        from airflow_provider_kappa.backfill.params import SEQUENTIAL
 
         bf = self.load_backfill(context)
         chosen = self.sequential_task_id if bf.params.mode == SEQUENTIAL else self.parallel_task_id

@@ -12,7 +12,7 @@ from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fas
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_kappa.planner import SlicePlan
+    from airflow_provider_kappa.backfill.plan import SlicePlan
 
 #: Task-instance states after which the previous sequential slice will not succeed by itself.
 _GAVE_UP = {"failed", "upstream_failed", "skipped", "removed"}
@@ -56,8 +56,8 @@ class KappaSliceRunOperator(KappaBackfillBaseOperator):
         self.wait_interval = wait_interval
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa import backfill
-        from airflow_provider_kappa.planner import SlicePlan
+        from airflow_provider_kappa.backfill import steps as backfill
+        from airflow_provider_kappa.backfill.plan import SlicePlan
 
         bf = self.load_backfill(context)
         if not isinstance(self.slice_plan, Mapping):
@@ -82,7 +82,7 @@ class KappaSliceRunOperator(KappaBackfillBaseOperator):
         """Reschedule until the previous slice succeeds; fail if it gave up."""
         from airflow.sdk import timezone
 
-        from airflow_provider_kappa.planner import slice_id
+        from airflow_provider_kappa.backfill.plan import slice_id
 
         ti = context["ti"]
         previous = sp.index - 1

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 class KappaSnapshotOperator(KappaBackfillBaseOperator):
     """First task of a backfill: checks every parameter (the checks a Params schema cannot make,
     such as ``end`` after ``start``, fail here before any Spark run), checks the tables and the
-    application (:func:`~airflow_provider_kappa.backfill.check_inputs`), locks the targets' window, then pins the current
+    application (:func:`~airflow_provider_kappa.backfill.steps.check_inputs`), locks the targets' window, then pins the current
     snapshot of each source table with the Iceberg tag ``kappa-<backfill_id>`` so that expiry
     cannot remove it. A rerun with the same parameters reuses the tag's snapshot.
 
@@ -31,7 +31,7 @@ class KappaSnapshotOperator(KappaBackfillBaseOperator):
         self.tag_retention = tag_retention
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa import backfill
+        from airflow_provider_kappa.backfill import steps as backfill
         from airflow_provider_kappa.timeparse import parse_duration
 
         bf = self.load_backfill(context)

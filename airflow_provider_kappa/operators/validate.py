@@ -29,7 +29,7 @@ class KappaValidateOperator(KappaBackfillBaseOperator):
         self.plan = plan
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa import backfill
+        from airflow_provider_kappa.backfill import steps as backfill
 
         bf = self.load_backfill(context)
         plan = self.load_plan(self.plan, bf, self.task_id)

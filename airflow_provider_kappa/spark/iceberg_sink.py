@@ -379,7 +379,7 @@ def _writable_table(catalog: Catalog, opts: SinkOptions, schema: StructType) -> 
     from pyiceberg.exceptions import NoSuchTableError
 
     if opts.mode == "backfill":
-        from airflow_provider_kappa.staging import ensure_staging_table
+        from airflow_provider_kappa.spark.staging import ensure_staging_table
 
         return ensure_staging_table(catalog, opts.target_table, opts.table)
     try:

@@ -28,7 +28,7 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from airflow_provider_kappa.checkpoints import filesystem, read_text, write_text
+from airflow_provider_kappa.spark.storage import filesystem, read_text, write_text
 from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.spark.scan_plan import DeleteRef, FileSpan
 

@@ -1,0 +1,194 @@
+"""From kappa.yaml (+ a run's choices) to the ``spark.kappa.*`` conf of one Spark run.
+
+The inverse of :mod:`airflow_provider_kappa.spark.settings`. Catalog properties,
+credentials included, go only to a catalogs file readable by its owner alone; the
+conf (and so the spark-submit command line) carries its path, never its contents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Mapping
+
+from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.spark.settings import (
+    AVAILABLE_NOW,
+    BACKFILL,
+    LIVE,
+    PREFIX,
+    PROCESSING_TIME,
+)
+from airflow_provider_kappa.timeparse import format_duration
+
+
+def catalog_properties(cfg: JobConfig, name: str) -> dict[str, str]:
+    """pyiceberg properties of catalog ``name``; a ``conn_id`` catalog asks Airflow's IcebergHook.
+
+    :param cfg: the job config.
+    :param name: a catalog name of ``catalogs:``.
+    """
+    cat = cfg.catalog(name)
+    if cat.properties is not None:
+        return dict(cat.properties)
+    from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+
+    catalog = IcebergHook(iceberg_conn_id=cat.conn_id or "iceberg_default").catalog
+    return {k: str(v) for k, v in catalog.properties.items()}
+
+
+def write_catalogs_file(cfg: JobConfig, path: str | Path, names: list[str] | None = None) -> Path:
+    """Write the catalogs file (mode 0600) a Spark run reads its catalog properties from.
+
+    :param cfg: the job config.
+    :param path: where to write it.
+    :param names: catalogs to include (default: all of ``catalogs:``).
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = {n: catalog_properties(cfg, n) for n in (names or list(cfg.catalogs))}
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh)
+    os.chmod(target, 0o600)
+    return target
+
+
+@dataclass(frozen=True)
+class SliceRun:
+    """What one backfill slice run reads and owns (all times UTC, aware)."""
+
+    backfill_id: str
+    slice_id: str
+    read_start: datetime
+    read_end: datetime
+    owns_start: datetime
+    owns_end: datetime
+    max_misalignment_threshold: timedelta
+    snapshot_ids: Mapping[str, int]  # concrete iceberg source name -> pinned snapshot id
+    staging_tables: Mapping[str, str]  # sink name -> staging table identifier
+    checkpoint: str
+    sources: tuple[str, ...] = field(default_factory=tuple)  # job source names to backfill; empty = all
+    continued: bool = False  # sequential: a later slice goes on from this one's checkpoint with data
+    plan_files: Mapping[str, str] = field(default_factory=dict)  # concrete source -> scan plan (source_plan.py)
+
+
+def _common(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str | Path) -> dict[str, str]:
+    conf = dict(cfg.job.spark_conf)
+    conf.update(
+        {
+            PREFIX + "mode": mode,
+            PREFIX + "job": cfg.job.name,
+            PREFIX + "checkpoint": checkpoint,
+            PREFIX + "catalogs.file": str(catalogs_file),
+        }
+    )
+    return conf
+
+
+def _source_keys(
+    name: str, src: object, candidate: str, snapshot_id: int | None = None, plan_file: str | None = None
+) -> dict[str, str]:
+    key = f"{PREFIX}source.{name}."
+    if isinstance(src, IcebergSourceConfig):
+        out = {
+            key + "type": "iceberg",
+            key + "candidate": candidate,
+            key + "catalog": src.catalog,
+            key + "table": src.table,
+            key + "ingestion_column": src.ingestion_column,
+        }
+        if snapshot_id is not None:
+            out[key + "snapshot_id"] = str(snapshot_id)
+        if plan_file is not None:
+            out[key + "plan_file"] = plan_file
+        return out
+    from airflow_provider_kappa.backfill.config import KafkaSourceConfig
+
+    assert isinstance(src, KafkaSourceConfig)
+    out = {
+        key + "type": "kafka",
+        key + "candidate": candidate,
+        key + "topics": src.topics,
+        key + "bootstrap_servers": src.bootstrap_servers,
+        key + "starting_offsets": src.starting_offsets,
+    }
+    if src.schema:
+        out[key + "schema"] = src.schema
+    if src.ingestion_column:
+        out[key + "ingestion_column"] = src.ingestion_column
+    out.update({key + "option." + k: v for k, v in src.options.items()})
+    return out
+
+
+def _sink_keys(cfg: JobConfig, write_tables: Mapping[str, str] | None = None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, sink in cfg.sinks.items():
+        key = f"{PREFIX}sink.{name}."
+        out[key + "catalog"] = sink.catalog
+        out[key + "table"] = sink.table
+        out[key + "time_column"] = sink.time_column
+        out[key + "write_table"] = (write_tables or {}).get(name, sink.table)
+    return out
+
+
+def live_conf(cfg: JobConfig, catalogs_file: str | Path, checkpoint: str | None = None) -> dict[str, str]:
+    """The ``spark.kappa.*`` conf of a live run: ``selected`` candidates, processing-time trigger,
+    output to the target tables.
+
+    :param cfg: the job config.
+    :param catalogs_file: path written by :func:`write_catalogs_file`.
+    :param checkpoint: checkpoint folder (default ``<checkpoint_root>/<job>/live``).
+    """
+    conf = _common(cfg, LIVE, checkpoint or f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}/live", catalogs_file)
+    conf[PREFIX + "trigger"] = PROCESSING_TIME
+    conf[PREFIX + "trigger.interval"] = format_duration(cfg.job.live_trigger)
+    for name in cfg.job_sources():
+        src = cfg.resolve(name, backfill=False)
+        conf.update(_source_keys(name, src, src.name))
+    conf.update(_sink_keys(cfg))
+    return conf
+
+
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+
+
+def slice_conf(cfg: JobConfig, run: SliceRun, catalogs_file: str | Path) -> dict[str, str]:
+    """The ``spark.kappa.*`` conf of one backfill slice: iceberg candidates at their pinned
+    snapshots, ``availableNow``, the slice's read range, output to staging for the owned window.
+
+    :param cfg: the job config.
+    :param run: the slice's bounds, snapshots, staging tables and checkpoint.
+    :param catalogs_file: path written by :func:`write_catalogs_file`.
+    """
+    conf = _common(cfg, BACKFILL, run.checkpoint, catalogs_file)
+    conf.update(
+        {
+            PREFIX + "trigger": AVAILABLE_NOW,
+            PREFIX + "read.start": run.read_start.isoformat(),
+            PREFIX + "read.end": run.read_end.isoformat(),
+            PREFIX + "max_misalignment_threshold": format_duration(run.max_misalignment_threshold),
+            PREFIX + "backfill.id": run.backfill_id,
+        }
+    )
+    if run.continued:
+        # Live, the micro-batch after this slice's last one holds the next landing and runs
+        # with the watermark that last batch advanced. availableNow would instead end on a
+        # no-data micro-batch applying that watermark with no data: it closes windows and
+        # evicts join state one landing early (rows the next landing would have joined are
+        # lost). Without it, the next slice restores the advanced watermark from the commit
+        # log (nextBatchWatermarkMs) and runs exactly live's next micro-batch.
+        conf[NO_DATA_BATCHES] = "false"
+    for name in run.sources or tuple(cfg.job_sources()):
+        src = cfg.resolve(name, backfill=True)
+        conf.update(_source_keys(name, src, src.name, run.snapshot_ids.get(src.name), run.plan_files.get(src.name)))
+    conf.update(_sink_keys(cfg, run.staging_tables))
+    for name in cfg.sinks:
+        key = f"{PREFIX}sink.{name}."
+        conf[key + "owns.start"] = run.owns_start.isoformat()
+        conf[key + "owns.end"] = run.owns_end.isoformat()
+        conf[key + "slice"] = run.slice_id
+    return conf

@@ -1,0 +1,398 @@
+"""The backfill plan: the read range cut into slices on an aligned grid, with per-slice
+file/row/byte estimates from manifest statistics only (no data file is opened).
+
+Grid: boundaries are multiples of ``slice`` from the Unix epoch, the same for every source.
+
+- ``sequential``: the read range ``[start - warmup, end + tail)`` is cut on the grid; slice k
+  reads its cell and owns the whole window ``[start, end)`` (state flows through one checkpoint).
+- ``parallel``: the window ``[start, end)`` is cut on the grid; slice k reads
+  ``[cell_start - warmup, cell_end + tail)`` and owns only its cell.
+
+A plan is small and JSON-able (:meth:`BackfillPlan.to_dict`); its slices
+(:meth:`SlicePlan.to_dict`) feed Airflow's dynamic task mapping. Pure Python except for the
+``spans_of`` callable the caller passes (backed by :func:`airflow_provider_kappa.spark.scan_plan.plan_files`)
+and :func:`check_tables`, which opens the tables a backfill reads and writes (pyiceberg, imported
+inside it) so that bad input is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.exceptions import KappaSinkError, KappaSourceError
+from airflow_provider_kappa.backfill.params import PARALLEL, SEQUENTIAL, BackfillParams
+from airflow_provider_kappa.timeparse import from_micros, parse_timestamp, to_micros
+
+#: A slice is "outsized" when its estimated rows exceed this many times the median slice.
+OUTSIZED_FACTOR = 3.0
+
+
+class Span(Protocol):
+    """What the planner needs of a data file (``scan_plan.FileSpan`` has it)."""
+
+    @property
+    def record_count(self) -> int: ...
+
+    @property
+    def file_size_in_bytes(self) -> int: ...
+
+    @property
+    def lower_micros(self) -> int | None: ...
+
+    @property
+    def upper_micros(self) -> int | None: ...
+
+
+#: ``spans_of(source, start_micros, end_micros)``: data files of a source's pinned snapshot that may
+#: hold ingestion times in ``[start_micros, end_micros)`` (``None`` = unbounded).
+SpansOf = Callable[[str, "int | None", "int | None"], Sequence[Span]]
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """Estimated input of one source in one slice.
+
+    ``rows`` and ``bytes`` prorate each file by the share of its ingestion range inside the
+    slice (files of unknown bounds count whole); ``files`` counts every file that may be read.
+    """
+
+    source: str
+    files: int
+    rows: int
+    bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {"source": self.source, "files": self.files, "rows": self.rows, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
+class SlicePlan:
+    """One slice: what it reads (ingestion time) and owns (sink ``time_column``)."""
+
+    backfill_id: str
+    mode: str
+    index: int
+    count: int
+    slice_id: str
+    read_start: datetime
+    read_end: datetime
+    owns_start: datetime
+    owns_end: datetime
+    snapshot_ids: Mapping[str, int]
+    stats: tuple[SourceStats, ...] = ()
+    warnings: tuple[str, ...] = ()
+    continued: bool = False
+    """Sequential only: a later slice of the plan reads source data, so this slice's run must
+    end like a live stream that goes on (without a final no-data micro-batch; see
+    :func:`airflow_provider_kappa.backfill.launch.slice_conf`)."""
+
+    @property
+    def rows(self) -> int:
+        """Estimated rows read, all sources."""
+        return sum(s.rows for s in self.stats)
+
+    @property
+    def bytes(self) -> int:
+        """Estimated bytes read, all sources."""
+        return sum(s.bytes for s in self.stats)
+
+    @property
+    def files(self) -> int:
+        """Data files that may be read, all sources."""
+        return sum(s.files for s in self.stats)
+
+    @property
+    def label(self) -> str:
+        """A short human label: ``s0002 [01:00, 02:00)``."""
+        return f"{self.slice_id} [{self.read_start:%Y-%m-%d %H:%M}, {self.read_end:%Y-%m-%d %H:%M})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (an XCom value and a mapped task's argument)."""
+        return {
+            "backfill_id": self.backfill_id,
+            "mode": self.mode,
+            "index": self.index,
+            "count": self.count,
+            "slice_id": self.slice_id,
+            "read_start": self.read_start.isoformat(),
+            "read_end": self.read_end.isoformat(),
+            "owns_start": self.owns_start.isoformat(),
+            "owns_end": self.owns_end.isoformat(),
+            "snapshot_ids": {k: int(v) for k, v in self.snapshot_ids.items()},
+            "stats": [s.to_dict() for s in self.stats],
+            "warnings": list(self.warnings),
+            "continued": self.continued,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SlicePlan:
+        """Inverse of :meth:`to_dict`.
+
+        :param data: a dict made by :meth:`to_dict`.
+        :raises KappaSourceError: a malformed slice (names the missing key).
+        """
+        try:
+            return cls(
+                backfill_id=str(data["backfill_id"]),
+                mode=str(data["mode"]),
+                index=int(data["index"]),
+                count=int(data["count"]),
+                slice_id=str(data["slice_id"]),
+                read_start=parse_timestamp(data["read_start"], "slice.read_start"),
+                read_end=parse_timestamp(data["read_end"], "slice.read_end"),
+                owns_start=parse_timestamp(data["owns_start"], "slice.owns_start"),
+                owns_end=parse_timestamp(data["owns_end"], "slice.owns_end"),
+                snapshot_ids={str(k): int(v) for k, v in data["snapshot_ids"].items()},
+                stats=tuple(SourceStats(**s) for s in data.get("stats", [])),
+                warnings=tuple(data.get("warnings", [])),
+                continued=bool(data.get("continued", False)),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise KappaSourceError(f"slice plan: {dict(data)!r} is malformed ({type(e).__name__}: {e})") from e
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """Every slice of one backfill, in order, and plan-level warnings."""
+
+    backfill_id: str
+    mode: str
+    slices: tuple[SlicePlan, ...]
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def rows(self) -> int:
+        """Estimated rows read over all slices (parallel slices overlap by warmup + tail)."""
+        return sum(s.rows for s in self.slices)
+
+    def to_text(self) -> str:
+        """The slice table as plain text (task logs)."""
+        lines = [f"backfill {self.backfill_id}: {len(self.slices)} {self.mode} slice(s), ~{self.rows} rows"]
+        for s in self.slices:
+            per_source = ", ".join(f"{x.source} {x.files} files/~{x.rows} rows/~{x.bytes} B" for x in s.stats)
+            lines.append(
+                f"  {s.slice_id}  read [{s.read_start.isoformat()}, {s.read_end.isoformat()})  "
+                f"owns [{s.owns_start.isoformat()}, {s.owns_end.isoformat()})  {per_source}"
+                + "".join(f"  WARNING {w}" for w in s.warnings)
+            )
+        lines.extend(f"  WARNING {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "backfill_id": self.backfill_id,
+            "mode": self.mode,
+            "slices": [s.to_dict() for s in self.slices],
+            "warnings": list(self.warnings),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BackfillPlan:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            backfill_id=str(data["backfill_id"]),
+            mode=str(data["mode"]),
+            slices=tuple(SlicePlan.from_dict(s) for s in data["slices"]),
+            warnings=tuple(data.get("warnings", [])),
+        )
+
+
+def aligned_grid(range_start: datetime, range_end: datetime, step: timedelta) -> list[tuple[datetime, datetime]]:
+    """Cut ``[range_start, range_end)`` at multiples of ``step`` from the Unix epoch.
+
+    The first and last cells are clipped to the range, so every cell is non-empty.
+
+    :param range_start: aware start (inclusive).
+    :param range_end: aware end (exclusive), after ``range_start``.
+    :param step: positive cell length.
+    """
+    lo, hi = to_micros(range_start), to_micros(range_end)
+    size = round(step.total_seconds() * 1_000_000)
+    if size <= 0 or hi <= lo:
+        raise ValueError(f"aligned_grid: range [{range_start}, {range_end}) / step {step} is empty")
+    cells = []
+    boundary = (lo // size) * size
+    while boundary < hi:
+        cells.append((from_micros(max(boundary, lo)), from_micros(min(boundary + size, hi))))
+        boundary += size
+    return cells
+
+
+def slice_bounds(params: BackfillParams) -> list[tuple[datetime, datetime, datetime, datetime]]:
+    """``(read_start, read_end, owns_start, owns_end)`` of every slice, in order.
+
+    :param params: validated backfill parameters.
+    """
+    if params.mode == PARALLEL:
+        return [
+            (cs - params.warmup, ce + params.tail, cs, ce) for cs, ce in aligned_grid(params.start, params.end, params.slice)
+        ]
+    return [(cs, ce, params.start, params.end) for cs, ce in aligned_grid(params.read_start, params.read_end, params.slice)]
+
+
+def slice_id(index: int, count: int) -> str:
+    """The id of slice ``index`` of ``count``: ``s0000``, ``s0001``, … (sortable)."""
+    return f"s{index:0{max(4, len(str(count - 1)))}d}"
+
+
+def _estimate(spans: Sequence[Span], lo: int, hi: int) -> tuple[int, float, float]:
+    files, rows, size = 0, 0.0, 0.0
+    for s in spans:
+        if s.lower_micros is not None and s.lower_micros >= hi:
+            continue
+        if s.upper_micros is not None and s.upper_micros < lo:
+            continue
+        files += 1
+        if s.lower_micros is None or s.upper_micros is None:
+            share = 1.0
+        else:
+            width = s.upper_micros - s.lower_micros + 1
+            inside = min(s.upper_micros + 1, hi) - max(s.lower_micros, lo)
+            share = max(0.0, min(1.0, inside / width))
+        rows += s.record_count * share
+        size += s.file_size_in_bytes * share
+    return files, rows, size
+
+
+def _extent(spans: Sequence[Span]) -> str:
+    if not spans:
+        return "no data files"
+    lowers = [s.lower_micros for s in spans if s.lower_micros is not None]
+    uppers = [s.upper_micros for s in spans if s.upper_micros is not None]
+    if not lowers or not uppers:
+        return f"{len(spans)} data file(s) without ingestion statistics"
+    return f"data from {from_micros(min(lowers)).isoformat()} to {from_micros(max(uppers)).isoformat()}"
+
+
+def plan_backfill(
+    params: BackfillParams,
+    backfill_id: str,
+    snapshot_ids: Mapping[str, int],
+    sources: Mapping[str, str],
+    spans_of: SpansOf,
+) -> BackfillPlan:
+    """Plan a backfill from manifest statistics.
+
+    :param params: validated backfill parameters.
+    :param backfill_id: the backfill's id (see :func:`airflow_provider_kappa.backfill.params.backfill_id`).
+    :param snapshot_ids: concrete iceberg source name -> pinned snapshot id.
+    :param sources: job source name -> concrete iceberg source name, for the sources read.
+    :param spans_of: data files of a concrete source in an ingestion range (manifests only).
+    :raises KappaSourceError: when no source has any data in the range read (the window is
+        outside the tables' data), naming each table's data extent.
+    """
+    bounds = slice_bounds(params)
+    lo_all = to_micros(min(b[0] for b in bounds))
+    hi_all = to_micros(max(b[1] for b in bounds))
+    spans = {name: list(spans_of(concrete, lo_all, hi_all)) for name, concrete in sources.items()}
+    if not any(spans.values()):
+        extents = "; ".join(f"{name}: {_extent(spans_of(concrete, None, None))}" for name, concrete in sources.items())
+        raise KappaSourceError(
+            f"backfill window [{params.start.isoformat()}, {params.end.isoformat()}) is outside the tables' data: "
+            f"no source has rows ingested in [{from_micros(lo_all).isoformat()}, {from_micros(hi_all).isoformat()}) "
+            f"at the pinned snapshots ({extents}); nothing would be published"
+        )
+    count = len(bounds)
+    slices = []
+    for index, (rs, re_, os_, oe) in enumerate(bounds):
+        stats = []
+        for name in sources:
+            files, rows, size = _estimate(spans[name], to_micros(rs), to_micros(re_))
+            stats.append(SourceStats(name, files, round(rows), round(size)))
+        warnings = []
+        if all(s.files == 0 for s in stats):
+            warnings.append("no source data in this slice: it only advances the watermark")
+        else:
+            warnings.extend(f"source {s.source} has no data in this slice" for s in stats if s.files == 0)
+        slices.append(
+            SlicePlan(
+                backfill_id=backfill_id,
+                mode=params.mode,
+                index=index,
+                count=count,
+                slice_id=slice_id(index, count),
+                read_start=rs,
+                read_end=re_,
+                owns_start=os_,
+                owns_end=oe,
+                snapshot_ids=dict(snapshot_ids),
+                stats=tuple(stats),
+                warnings=tuple(warnings),
+            )
+        )
+    if params.mode == SEQUENTIAL:
+        for i, s in enumerate(slices):
+            later_data = any(t.files > 0 for t in slices[i + 1 :])
+            slices[i] = SlicePlan(**{**s.__dict__, "continued": later_data})
+    sized = [s.rows for s in slices if s.rows > 0]
+    plan_warnings = []
+    if len(sized) >= 2:
+        median = statistics.median(sized)
+        for i, s in enumerate(slices):
+            if median > 0 and s.rows > OUTSIZED_FACTOR * median:
+                note = f"outsized: ~{s.rows} rows, {s.rows / median:.1f}x the median slice ({median:.0f}); consider a smaller slice"
+                slices[i] = SlicePlan(**{**s.__dict__, "warnings": s.warnings + (note,)})
+    empty = sum(1 for s in slices if s.files == 0)
+    if empty:
+        plan_warnings.append(f"{empty} of {count} slice(s) have no source data")
+    for name, found in spans.items():
+        if not found:
+            plan_warnings.append(f"source {name} has no data in the range read")
+    return BackfillPlan(backfill_id=backfill_id, mode=params.mode, slices=tuple(slices), warnings=tuple(plan_warnings))
+
+
+def check_tables(
+    cfg: JobConfig, sources: Sequence[str], catalog_for: Callable[[str], Any], *, sinks: bool = True
+) -> None:
+    """Refuse a backfill whose tables are not there, before it writes anything (no tag, no
+    checkpoint, no staging table): every source read must be an existing table whose ingestion
+    column is a ``timestamptz`` (or ``timestamp``), and every sink's target an existing table
+    whose ``time_column`` is a ``timestamptz``, ``timestamp`` or ``date``.
+
+    Opening the catalogs also proves they can be reached.
+
+    :param cfg: the job config.
+    :param sources: job source names the backfill reads (``BackfillParams.sources``).
+    :param catalog_for: opens a catalog of the job by name (``Backfill.catalog_for``).
+    :param sinks: check the sinks' target tables too (``kappa plan`` reads only the sources).
+    :raises KappaConfigError: a catalog that cannot be loaded (from ``catalog_for``).
+    :raises KappaSourceError: a missing source table, or a missing/non-timestamp ingestion column.
+    :raises KappaSinkError: a missing target table, or a missing/non-time ``time_column``.
+    """
+    from pyiceberg.types import DateType, TimestampType, TimestamptzType
+
+    from airflow_provider_kappa.spark.catalog import load_table
+    from airflow_provider_kappa.spark.scan_plan import ingestion_field
+
+    for name in sources:
+        src = cfg.resolve(name, backfill=True)
+        if not isinstance(src, IcebergSourceConfig):  # resolve() refuses this already; keeps mypy honest
+            raise KappaSourceError(f"source {name}: {src.name!r} is not an iceberg source")
+        try:
+            table = load_table(catalog_for(src.catalog), src.table)
+        except KappaSourceError as e:
+            raise KappaSourceError(f"source {name} ({src.name}): {e}") from e
+        ingestion_field(table.schema(), src.ingestion_column, src.table)
+    for name, sink in cfg.sinks.items() if sinks else ():
+        try:
+            table = load_table(catalog_for(sink.catalog), sink.table)
+        except KappaSourceError as e:
+            raise KappaSinkError(f"sink {name}: target {e}; create it before backfilling into it") from e
+        schema = table.schema()
+        if sink.time_column not in schema.column_names:
+            raise KappaSinkError(
+                f"sink {name}: time_column {sink.time_column!r} is not a column of {sink.table!r}; "
+                f"columns: {schema.column_names}"
+            )
+        ftype = schema.find_field(sink.time_column).field_type
+        if not isinstance(ftype, (TimestamptzType, TimestampType, DateType)):
+            raise KappaSinkError(
+                f"sink {name}: time_column {sink.time_column!r} of {sink.table!r} has type {ftype}; "
+                "expected timestamptz, timestamp or date"
+            )

@@ -1,0 +1,43 @@
+"""Small files on any filesystem pyarrow knows (local paths, ``file://``, ``s3://``, ``gs://``, ``hdfs://``).
+
+Used inside Spark (the readers' scan plan files) and by the launcher (checkpoints, plan files).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow_provider_kappa.exceptions import KappaSinkError
+
+if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
+
+
+def filesystem(uri: str, what: str, error: type[Exception] = KappaSinkError) -> tuple[FileSystem, str]:
+    """The pyarrow filesystem and path of ``uri`` (a path without a scheme is local).
+
+    :param uri: a local path or a URI pyarrow knows (``file://``, ``s3://``, ``gs://``, ``hdfs://``).
+    :param what: names ``uri`` in the error (e.g. ``"checkpoint folder"``).
+    :param error: the exception type raised when pyarrow cannot reach it.
+    """
+    from pyarrow.fs import FileSystem, LocalFileSystem
+
+    if "://" not in uri:
+        return LocalFileSystem(), uri
+    try:
+        return FileSystem.from_uri(uri)  # type: ignore[no-any-return]
+    except Exception as e:  # pyarrow raises ArrowInvalid / OSError for unknown schemes
+        raise error(f"{what} {uri!r} is not reachable by pyarrow.fs: {e}") from e
+
+
+def write_text(fs: FileSystem, path: str, text: str) -> None:
+    """Write ``text`` to ``path`` of ``fs``, creating its folder."""
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as out:
+        out.write(text.encode())
+
+
+def read_text(fs: FileSystem, path: str) -> str:
+    """The text at ``path`` of ``fs`` (``OSError`` when it cannot be read)."""
+    with fs.open_input_stream(path) as fh:
+        return bytes(fh.read()).decode()

@@ -1,0 +1,178 @@
+"""Class data sharing for the driver JVM of kappa's spark-submits: the archive is written once
+(one writer at a time, never half a file), mapped by later runs, and left out where it
+cannot apply. The last test runs two real spark-submits and reads the JVM's own class-load
+log to see Spark's classes come from the archive."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_kappa.backfill import class_data_sharing as cds
+from airflow_provider_kappa.backfill.submit import submit
+
+
+@pytest.fixture()
+def home(tmp_path: Path) -> Path:
+    """A Spark home with two jars (the archive key reads names and sizes only)."""
+    jars = tmp_path / "spark" / "jars"
+    jars.mkdir(parents=True)
+    (jars / "spark-core.jar").write_bytes(b"x" * 10)
+    (jars / "spark-sql.jar").write_bytes(b"y" * 20)
+    return tmp_path / "spark"
+
+
+def options(sharing: cds.ClassDataSharing) -> str:
+    return sharing.conf[cds.JAVA_OPTIONS]
+
+
+def test_the_first_run_writes_the_archive_and_later_runs_map_it(tmp_path: Path, home: Path) -> None:
+    folder = tmp_path / "cache"
+    user = {cds.JAVA_OPTIONS: "-Dmy.flag=1", "spark.app.name": "x"}
+    first = cds.plan(user, home=home, folder=folder)
+    assert first is not None and first.writing is not None
+    assert options(first).startswith("-Dmy.flag=1 ")  # the user's options kept, first
+    assert f"-XX:ArchiveClassesAtExit={first.writing}" in options(first)
+    assert first.writing.parent == folder and first.lock.exists()
+    assert user[cds.JAVA_OPTIONS] == "-Dmy.flag=1"  # the caller's conf is not modified
+
+    # while the first run writes, another run neither writes nor maps
+    assert cds.plan(user, home=home, folder=folder) is None
+
+    first.writing.write_bytes(b"archive")  # what the JVM does at exit
+    first.keep()
+    assert first.archive.read_bytes() == b"archive"
+    assert not first.lock.exists() and not list(folder.glob("*.tmp"))
+
+    later = cds.plan(user, home=home, folder=folder)
+    assert later is not None and later.writing is None
+    assert f"-XX:SharedArchiveFile={first.archive}" in options(later) and "-Xshare:auto" in options(later)
+    assert "-Xlog:cds*=off" in options(later)
+    later.keep()  # mapping runs leave the archive alone
+    assert first.archive.exists()
+
+
+def test_a_failed_or_killed_run_leaves_no_archive_and_releases_the_lock(tmp_path: Path, home: Path) -> None:
+    folder = tmp_path / "cache"
+    failed = cds.plan({}, home=home, folder=folder)
+    assert failed is not None and failed.writing is not None
+    failed.writing.write_bytes(b"half")
+    failed.abandon()
+    assert not failed.archive.exists() and not failed.lock.exists() and not list(folder.glob("*.tmp"))
+
+    killed = cds.plan({}, home=home, folder=folder)  # a JVM killed before exit writes nothing
+    assert killed is not None
+    killed.keep()
+    assert not killed.archive.exists() and not killed.lock.exists()
+
+
+def test_a_stale_lock_is_taken_over(tmp_path: Path, home: Path) -> None:
+    folder = tmp_path / "cache"
+    dead = cds.plan({}, home=home, folder=folder)
+    assert dead is not None
+    old = time.time() - cds.STALE_LOCK_SECONDS - 60
+    os.utime(dead.lock, (old, old))
+    again = cds.plan({}, home=home, folder=folder)
+    assert again is not None and again.writing is not None
+
+
+@pytest.mark.parametrize(
+    ("conf", "on_cluster"),
+    [
+        ({}, True),
+        ({"spark.submit.deployMode": "cluster"}, False),
+        ({cds.JAVA_OPTIONS: "-Xshare:off"}, False),
+        ({cds.JAVA_OPTIONS: "-XX:SharedArchiveFile=/mine.jsa"}, False),
+    ],
+    ids=["connection-cluster-mode", "conf-cluster-mode", "user-xshare-off", "user-archive"],
+)
+def test_not_applied_where_it_cannot_or_should_not(tmp_path: Path, home: Path, conf: dict[str, str], on_cluster: bool) -> None:
+    assert cds.plan(conf, driver_on_cluster=on_cluster, home=home, folder=tmp_path / "cache") is None
+    assert not (tmp_path / "cache").exists()
+
+
+def test_no_spark_jars_no_archive(tmp_path: Path) -> None:
+    assert cds.plan({}, home=tmp_path, folder=tmp_path / "cache") is None
+
+
+def test_the_archive_key_follows_spark_java_and_class_path(home: Path) -> None:
+    java = cds.java_binary()
+    assert java is not None
+    key = cds.archive_key(java, home)
+    assert key == cds.archive_key(java, home)
+    assert key != cds.archive_key(java, home, "/opt/extra.jar")
+    (home / "jars" / "kafka.jar").write_bytes(b"z")
+    assert key != cds.archive_key(java, home)
+
+
+APP = """
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.getOrCreate()
+assert spark.range(10).count() == 10
+spark.stop()
+"""
+
+
+def test_real_spark_submits_write_then_map_the_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """First spark-submit writes the archive; the second loads Spark's classes from it
+    (the JVM's class-load log says "shared objects file (top)": the dynamic archive)."""
+    monkeypatch.setenv(cds.CACHE_ENV, str(tmp_path / "cache"))
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    conf = {"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1"}
+    submit(app, conf, properties_file=tmp_path / "one.properties", name="kappa-cds-one", master="local[1]")
+    archives = list((tmp_path / "cache").glob("spark-*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
+    assert not list((tmp_path / "cache").glob("*.lock")) and not list((tmp_path / "cache").glob("*.tmp"))
+
+    loads = tmp_path / "class-load.log"
+    conf[cds.JAVA_OPTIONS] = f"-Xlog:class+load=info:file={loads}"
+    submit(app, conf, properties_file=tmp_path / "two.properties", name="kappa-cds-two", master="local[1]")
+    context = [line for line in loads.read_text().splitlines() if " org.apache.spark.SparkContext " in line]
+    assert context and "shared objects file (top)" in context[0], context
+    assert "SharedArchiveFile" in (tmp_path / "two.properties").read_text()
+
+
+
+def test_job_class_data_sharing_false_leaves_the_conf_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    monkeypatch.setenv(cds.CACHE_ENV, str(tmp_path / "cache"))
+    launched: list[str] = []
+    # the process boundary: the spark-submit process itself is not started
+    monkeypatch.setattr(SparkSubmitHook, "submit", lambda hook, application="", **_: launched.append(application))
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    submit(app, {}, properties_file=tmp_path / "off.properties", name="kappa-cds-off", master="local[1]",
+           class_data_sharing=False)  # fmt: skip
+    assert launched == [str(app)]
+    assert not (tmp_path / "cache").exists()
+    assert "XX:" not in (tmp_path / "off.properties").read_text()
+
+
+def test_archives_unused_for_a_month_are_removed_when_a_new_one_is_kept(tmp_path: Path, home: Path) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    month = cds.UNUSED_ARCHIVE_SECONDS
+    old = folder / "spark-0ldjdk.jsa"  # another JDK's archive, not mapped for over a month
+    recent = folder / "spark-0thersp.jsa"  # another Spark's, mapped a week ago: still in use
+    killed = folder / "spark-0ldjdk.123.456.jsa.tmp"  # left by a run killed while writing
+    unrelated = folder / "notes.txt"
+    for path, age in ((old, month + 60), (recent, 7 * 86400), (killed, 2 * cds.STALE_LOCK_SECONDS), (unrelated, 10 * month)):
+        path.write_bytes(b"x")
+        os.utime(path, (time.time() - age, time.time() - age))
+
+    first = cds.plan({}, home=home, folder=folder)
+    assert first is not None and first.writing is not None
+    first.writing.write_bytes(b"archive")
+    first.keep()
+    assert sorted(p.name for p in folder.iterdir()) == sorted([first.archive.name, recent.name, unrelated.name])
+
+    # mapping an archive marks it used, so an old but used archive is kept by the next prune
+    os.utime(first.archive, (time.time() - 2 * month, time.time() - 2 * month))
+    assert cds.plan({}, home=home, folder=folder) is not None
+    assert time.time() - first.archive.stat().st_mtime < 60
+    assert cds.prune(folder, keep=folder / "spark-other.jsa") == []

@@ -1,0 +1,46 @@
+"""Importing the package, its CLI and parsing dags/ loads neither pyspark nor pyiceberg."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+
+PROBE = r"""
+import runpy, sys, pathlib
+import airflow_provider_kappa, airflow_provider_kappa.backfill.config, airflow_provider_kappa.backfill.launch
+import airflow_provider_kappa.spark, airflow_provider_kappa.spark.settings, airflow_provider_kappa.cli
+airflow_provider_kappa.cli.build_parser()
+info = airflow_provider_kappa.get_provider_info()
+assert info["package-name"] == "airflow-provider-kappa", info
+dag_files = sorted(pathlib.Path(sys.argv[1]).glob("*.py"))
+for f in dag_files:
+    runpy.run_path(str(f))
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pyiceberg", "pyarrow"))
+print("DAGS", len(dag_files))
+print("HEAVY", heavy)
+"""
+
+
+def test_no_heavy_imports_at_parse_time() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(ROOT / "dags")], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert "HEAVY []" in out.stdout, out.stdout
+
+
+def test_provider_registered(tmp_path: Path) -> None:
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "providers", "list"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "airflow-provider-kappa" in out.stdout
