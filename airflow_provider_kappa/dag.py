@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.backfill.config import load_config
-from airflow_provider_kappa.backfill.params import param_schemas
+from airflow_provider_kappa.backfill.params import param_schemas, params_table
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -29,6 +29,12 @@ skipped), which run one spark-submit per slice, `validate` compares staged and c
 Config: `{path}`. Per-field checks (formats, positive durations, known sources, mode) refuse a
 bad trigger; checks across fields (end after start, threshold at most the slice, slice within
 the range read) fail the `snapshot` task before any Spark run.
+
+#### Params
+
+{params}
+
+The same backfill from a shell: `kappa backfill --config {path} --start T --end T [CLI flags]`.
 """
 
 
@@ -51,8 +57,9 @@ def kappa_backfill_dag(
     """Build the backfill DAG of the job described by ``config_path``.
 
     Tasks: ``snapshot`` -> ``plan`` -> ``mode`` (branch) -> ``slice_sequential`` | ``slice_parallel``
-    (one mapped task instance per slice) -> ``validate`` -> ``publish``. Params (the trigger form): start, end,
-    sources, slice, max_misalignment_threshold, warmup, tail, mode, dry_run, publish, min_match.
+    (one mapped task instance per slice) -> ``validate`` -> ``publish``. Params (the trigger form): one per
+    row of :data:`airflow_provider_kappa.backfill.params.PARAMS` (start, end, sources, slice, …), the
+    advanced ones in a section of their own; its table is in the DAG's doc.
 
     :param config_path: path of the job's kappa.yaml (read now, and again by every task).
     :param dag_id: the DAG id (default ``kappa_backfill_<job>``).
@@ -92,7 +99,7 @@ def kappa_backfill_dag(
     dag_kwargs.setdefault("catchup", False)
     dag_kwargs.setdefault("max_active_runs", 1)
     dag_kwargs.setdefault("tags", ["kappa", "backfill", cfg.job.name])
-    dag_kwargs.setdefault("doc_md", _DOC.format(job=cfg.job.name, path=path))
+    dag_kwargs.setdefault("doc_md", _DOC.format(job=cfg.job.name, path=path, params=params_table()))
     dag_kwargs.setdefault("description", f"Kappa backfill of {cfg.job.name}: replace a window of its output")
     with DAG(dag_id or default_dag_id(cfg.job.name), params=params, **dag_kwargs) as dag:
         snapshot = KappaSnapshotOperator(task_id="snapshot", config_path=path, tag_retention=tag_retention)

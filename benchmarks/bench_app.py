@@ -8,7 +8,7 @@ stands against would be one too. Here each is launched with ``spark-submit`` (sa
 - ``batch``: the aggregation as a plain Spark batch job over the table's Parquet files, read
   natively (the file list given, as a hand-written job would be given it);
 - ``kappa``: the unchanged streaming aggregation (watermark 10 min) over ``kappa_iceberg`` at a
-  15 min threshold, ``availableNow``, with the scan plan the launcher writes (``plan_file``).
+  15 min threshold, ``availableNow``, with the file list the launcher writes (``plan_file``).
 
 Wall time and CPU seconds (the spark-submit process tree) per run; every kappa run's output is
 compared with the batch job's on the windows the watermark has closed. Data: the one of
@@ -54,15 +54,15 @@ def app(mode: str, workdir: Path, hours: float, out: Path) -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     session_s = time.monotonic() - began
-    plan = bs.plays_plan_path(workdir)
+    listed = bs.plays_file_list_path(workdir)
     start, end = bs.T0_US, bs.T0_US + int(hours * bs.HOUR) + bs.MIN
     extra: dict[str, Any] = {}
     if mode == "batch":
-        paths = [s[0] for s in json.loads(plan.read_text())["spans"]]
+        paths = [s[0] for s in json.loads(listed.read_text())["spans"]]
         rows = bs.aggregation(spark.read.parquet(*paths), streaming=False).collect()
     else:
         spark.dataSource.register(KappaIcebergDataSource)
-        opts = bs.kappa_options(workdir, "raw.plays", start, end, plan_file=str(plan))
+        opts = bs.kappa_options(workdir, "raw.plays", start, end, plan_file=str(listed))
         df = spark.readStream.format("kappa_iceberg").options(**opts).load()
         secs, rows, progress = bs.run_stream(bs.aggregation(df, streaming=True), workdir / "ck" / "app-kappa")
         extra = {**bs.batch_times(progress), **bs.startup(secs, progress),
@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     bs.prepare(args.workdir, args.rows, args.hours)
     result: dict[str, Any] = {"machine": bs.machine(), "command": " ".join([Path(sys.executable).name, *sys.argv])}
-    result["launcher_plan_s"] = bs.write_plays_plan(args.workdir, bs.T0_US, bs.T0_US + int(args.hours * bs.HOUR) + bs.MIN)
+    result["launcher_plan_s"] = bs.write_plays_file_list(args.workdir, bs.T0_US, bs.T0_US + int(args.hours * bs.HOUR) + bs.MIN)
     cutoff = (bs.T0 + timedelta(hours=args.hours) - timedelta(minutes=30)).replace(tzinfo=None).isoformat()
     runs: dict[str, list[dict[str, Any]]] = {"batch": [], "kappa": []}
     for i in range(args.repeat):

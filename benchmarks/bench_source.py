@@ -152,29 +152,29 @@ class FileOrderReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, schema: StructType, options: dict[str, str]) -> None:
         self.schema = schema
         self.options = dict(options)
-        self._plan: tuple[list[Any], Any] | None = None
+        self._files: tuple[list[Any], Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"schema": self.schema, "options": self.options, "_plan": None}
+        return {"schema": self.schema, "options": self.options, "_files": None}
 
-    def plan(self) -> tuple[list[Any], Any]:
-        if self._plan is None:
-            from airflow_provider_kappa.spark import scan_plan
+    def files(self) -> tuple[list[Any], Any]:
+        if self._files is None:
             from airflow_provider_kappa.spark.catalog import catalog_from_options, load_table
-            from airflow_provider_kappa.spark.iceberg_source import read_context
+            from airflow_provider_kappa.spark.source.manifests import file_spans
+            from airflow_provider_kappa.spark.source.partitions import read_context
 
             table = load_table(catalog_from_options(self.options), self.options["table"])
-            spans = scan_plan.plan_files(table, None, "ingestion_ts", None, None)
+            spans = file_spans(table, None, "ingestion_ts", None, None)
             if self.options.get("order") == "random":
                 random.Random(int(self.options.get("seed", "7"))).shuffle(spans)
-            self._plan = (spans, read_context(table, table.schema(), self.schema.fieldNames(), "ingestion_ts"))
-        return self._plan
+            self._files = (spans, read_context(table, table.schema(), self.schema.fieldNames(), "ingestion_ts"))
+        return self._files
 
     def initialOffset(self) -> dict[str, int]:
         return {"i": 0}
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        spans, _ = self.plan()
+        spans, _ = self.files()
         i = j = int(start["i"])
         if "files_per_batch" in self.options:
             j = min(len(spans), i + int(self.options["files_per_batch"]))
@@ -189,13 +189,13 @@ class FileOrderReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        from airflow_provider_kappa.spark.iceberg_source import make_partitions
+        from airflow_provider_kappa.spark.source.partitions import make_partitions
 
-        spans, ctx = self.plan()
+        spans, ctx = self.files()
         return make_partitions(spans[int(start["i"]) : int(end["i"])], None, None, ctx, 2, 64 << 20)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from airflow_provider_kappa.spark.iceberg_source import read_partition
+        from airflow_provider_kappa.spark.source.read import read_partition
 
         return read_partition(partition, self.schema)  # type: ignore[arg-type]
 
@@ -206,7 +206,7 @@ class FileOrderSource(DataSource):
         return "bench_file_order"
 
     def schema(self) -> StructType:
-        from airflow_provider_kappa.spark.iceberg_source import table_spark_schema
+        from airflow_provider_kappa.spark.source.tables import table_spark_schema
 
         return table_spark_schema(dict(self.options, ingestion_column="ingestion_ts"))
 
@@ -241,20 +241,20 @@ def spark_session() -> Any:
     return spark
 
 
-def plays_plan_path(workdir: Path) -> Path:
-    """Where the scan plan of raw.plays is kept (option ``plan_file``)."""
+def plays_file_list_path(workdir: Path) -> Path:
+    """Where the file list of raw.plays is kept (option ``plan_file``)."""
     return workdir / "plans" / "raw.plays.json"
 
 
-def write_plays_plan(workdir: Path, start: int, end: int) -> float:
-    """What the launcher does before a slice's spark-submit: write the source's scan plan of
+def write_plays_file_list(workdir: Path, start: int, end: int) -> float:
+    """What the launcher does before a slice's spark-submit: write the source's file list of
     ``[start, end)`` at the current snapshot; returns the seconds it took."""
-    from airflow_provider_kappa.spark import source_plan
+    from airflow_provider_kappa.spark.source import file_list
 
     began = time.monotonic()
     table = load_catalog(workdir).load_table("raw.plays")
-    plan = source_plan.build(table, table.current_snapshot().snapshot_id, "ingestion_ts", start, end)
-    source_plan.write(str(plays_plan_path(workdir)), plan)
+    files = file_list.build(table, table.current_snapshot().snapshot_id, "ingestion_ts", start, end)
+    file_list.write(str(plays_file_list_path(workdir)), files)
     return round(time.monotonic() - began, 2)
 
 
@@ -361,11 +361,11 @@ def compare(truth: dict[Any, int], got: dict[Any, int]) -> dict[str, int]:
 
 
 def part_a_b_c(spark: Any, workdir: Path, hours: float, parts: set[str], native_first: bool = False) -> dict[str, Any]:
-    from airflow_provider_kappa.spark import scan_plan
+    from airflow_provider_kappa.spark.source.manifests import file_spans
 
     results: dict[str, Any] = {}
     table = load_catalog(workdir).load_table("raw.plays")
-    spans = scan_plan.plan_files(table, None, "ingestion_ts", None, None)
+    spans = file_spans(table, None, "ingestion_ts", None, None)
     paths = [s.path for s in spans]
     rows = sum(s.record_count for s in spans)
     size = sum(s.file_size_in_bytes for s in spans)
@@ -383,12 +383,12 @@ def part_a_b_c(spark: Any, workdir: Path, hours: float, parts: set[str], native_
     truth = as_counts(truth_rows, cutoff)
     results["batch"] = {"seconds": round(batch_s, 1), "cpu_s": round(batch_cpu, 1), "load": _load()}
 
-    plan_path = plays_plan_path(workdir)
+    plan_path = plays_file_list_path(workdir)
 
     def kappa_run(name: str, planned: bool = True) -> None:
         # timed from .load() (the data source's schema() runs there), as the batch job is timed
         # from spark.read.parquet (file listing and footers)
-        plan_s = write_plays_plan(workdir, start, end) if planned else None
+        plan_s = write_plays_file_list(workdir, start, end) if planned else None
         extra = {"plan_file": str(plan_path)} if planned else {}
         cpu = spark_cpu_seconds(spark)
         began = time.monotonic()
@@ -435,7 +435,7 @@ def part_a_b_c(spark: Any, workdir: Path, hours: float, parts: set[str], native_
         print("a", {k: results[k] for k in ("native_stream", "kappa_warm", "kappa_warm_self_planned")}, flush=True)
 
     if "b" in parts:
-        write_plays_plan(workdir, start, end)
+        write_plays_file_list(workdir, start, end)
         strict = kappa_options(workdir, "raw.plays", start, end, max_files_per_batch=1, plan_file=str(plan_path))
         cpu = spark_cpu_seconds(spark)
         began = time.monotonic()
@@ -539,9 +539,9 @@ def part_d(spark: Any, workdir: Path) -> dict[str, Any]:
 
 
 def _spans(cat: Any, table: str) -> list[Any]:
-    from airflow_provider_kappa.spark import scan_plan
+    from airflow_provider_kappa.spark.source.manifests import file_spans
 
-    return scan_plan.plan_files(cat.load_table(table), None, "ingestion_ts", None, None)
+    return file_spans(cat.load_table(table), None, "ingestion_ts", None, None)
 
 
 def make_many_files(workdir: Path, files: int, per_commit: int) -> float:
@@ -578,20 +578,22 @@ PLAN_CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from pyiceberg.catalog import load_catalog
-from airflow_provider_kappa.spark import scan_plan
+from airflow_provider_kappa.spark.source.file_index import SpanIndex
+from airflow_provider_kappa.spark.source.grid import Presence, grid_batch_end
+from airflow_provider_kappa.spark.source.manifests import file_spans
 table = load_catalog("lake", **json.loads({props!r})).load_table("raw.many")
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 began = time.monotonic()
-spans = scan_plan.plan_files(table, None, "ingestion_ts", None, None)
+spans = file_spans(table, None, "ingestion_ts", None, None)
 full = time.monotonic() - began
 began = time.monotonic()
-part = scan_plan.plan_files(table, None, "ingestion_ts", {lo}, {hi})
+part = file_spans(table, None, "ingestion_ts", {lo}, {hi})
 ranged = time.monotonic() - began
 began = time.monotonic()
-index = scan_plan.SpanIndex(spans)
-presence = scan_plan.Presence(spans, spans[0].lower_micros, spans[-1].upper_micros + 1)
+index = SpanIndex(spans)
+presence = Presence(spans, spans[0].lower_micros, spans[-1].upper_micros + 1)
 pos, batches = spans[0].lower_micros, 0
-while (end := scan_plan.grid_batch_end(pos, presence, 900_000_000, spans[-1].upper_micros + 1)) is not None:
+while (end := grid_batch_end(pos, presence, 900_000_000, spans[-1].upper_micros + 1)) is not None:
     index.between(pos, end); pos = end; batches += 1
 grid = time.monotonic() - began
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -14,7 +14,7 @@ count), and six ways to compute its output:
 - ``strawman 2 (strict order)``: the job reading one file per source per micro-batch
   (``kappa_iceberg`` with ``max_files_per_batch=1``).
 - ``Kappa sequential`` / ``Kappa parallel``: the real backfill path
-  (:mod:`airflow_provider_kappa.backfill.steps`: snapshot, plan, one spark-submit per slice,
+  (:mod:`airflow_provider_kappa.backfill.steps` and its siblings: snapshot, plan, one spark-submit per slice,
   validate), the code the DAG's tasks run. Parallel slices run ``--parallelism`` at once.
 - ``batch job``: the hand-written plain Spark batch job over the same Parquet files (the speed limit).
 
@@ -141,7 +141,7 @@ def run_live(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 def run_kappa(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     """The real backfill path, as the DAG's tasks call it: snapshot, plan, slices, validate.
     Nothing is published: the live output stays the reference."""
-    from airflow_provider_kappa.backfill import steps as bfm
+    from airflow_provider_kappa.backfill import finish, snapshot, steps
     from airflow_provider_kappa.demo.story import PARALLEL_TAIL
     from airflow_provider_kappa.timeparse import format_duration
 
@@ -154,17 +154,17 @@ def run_kappa(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         "tail": format_duration(PARALLEL_TAIL),
     }  # fmt: skip
     began = time.monotonic()
-    bf = bfm.Backfill.create(cfg, raw)
+    bf = steps.Backfill.create(cfg, raw)
     shutil.rmtree(bf.store().root.removeprefix("file://"), ignore_errors=True)
-    pinned = bfm.snapshot(bf)
-    plan = bfm.plan(bf, pinned)
+    pinned = snapshot.snapshot(bf)
+    plan = steps.plan(bf, pinned)
     planned = time.monotonic() - began
     if mode == "parallel":
         with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
-            results = list(pool.map(lambda sp: bfm.run_slice(bf, sp), plan.slices))
+            results = list(pool.map(lambda sp: steps.run_slice(bf, sp), plan.slices))
     else:
-        results = [bfm.run_slice(bf, sp) for sp in plan.slices]
-    reports = bfm.validate(bf, plan)
+        results = [steps.run_slice(bf, sp) for sp in plan.slices]
+    reports = finish.validate(bf, plan)
     wall = time.monotonic() - began
     progress = _stored_progress(bf.store())
     [report] = reports.values()
@@ -186,9 +186,7 @@ def run_kappa(args: argparse.Namespace, mode: str) -> dict[str, Any]:
 
 
 def _stored_progress(store: Any) -> list[dict[str, Any]]:
-    root = Path(store.root.removeprefix("file://"))
-    return [json.loads(line) for path in sorted((root / "progress").glob("*.jsonl"))
-            for line in path.read_text().splitlines() if line.strip()]  # fmt: skip
+    return [record for records in store.progress().values() for record in records]
 
 
 def run_child(args: argparse.Namespace, variant: str, out: Path) -> dict[str, Any]:
@@ -316,11 +314,11 @@ def _batch_job(spark: Any, args: argparse.Namespace, lake: Path, rows_path: Path
     and 5-minute windows, no watermark (it sees every event, late ones included)."""
     from pyspark.sql import functions as F
 
-    from airflow_provider_kappa.spark.scan_plan import plan_files
+    from airflow_provider_kappa.spark.source.manifests import file_spans
 
     cat = catalog(lake)
     t = time.monotonic()
-    paths = {name: [f.path for f in plan_files(cat.load_table(name), None, "ingestion_ts", None, None)]
+    paths = {name: [f.path for f in file_spans(cat.load_table(name), None, "ingestion_ts", None, None)]
              for name in ("raw.impressions", "raw.playbacks")}  # fmt: skip
     listing = time.monotonic() - t
     impressions = spark.read.parquet(*paths["raw.impressions"]).select(

@@ -46,6 +46,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(parts[0])
 
 
+_TIER_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = next((t for t in TIERS if t in report.keywords), None)
+    if tier is not None:
+        _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Time spent per tier (setup + call + teardown of its tests), for the README's figures."""
+    if _TIER_SECONDS:
+        parts = ", ".join(f"{t} {_TIER_SECONDS[t]:.0f} s" for t in TIERS if t in _TIER_SECONDS)
+        terminalreporter.write_line(f"time per tier: {parts}")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_CDS, ignore_errors=True)
 

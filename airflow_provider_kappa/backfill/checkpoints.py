@@ -11,9 +11,9 @@
 - ``slices/<slice_id>/``: the own checkpoint of a parallel slice, wiped before each run.
 - ``done/<slice_id>.json``: the metrics of a slice's last successful run (removed when it reruns).
 - ``progress/<slice_id>.jsonl``: the Spark ``StreamingQueryProgress`` records of its last run.
-- ``plans/<slice_id>/<source>.json``: the scan plan of each source for the slice's read range,
+- ``plans/<slice_id>/<source>.json``: the file list of each source for the slice's read range,
   written by the launcher before each run and read by the slice's ``kappa_iceberg`` readers
-  (``spark/source_plan.py``).
+  (``spark/source/file_list.py``).
 
 Any filesystem pyarrow knows (local paths, ``file://``, ``s3://``, ``gs://``, ``hdfs://``) works.
 """
@@ -77,6 +77,10 @@ class CheckpointStore:
         """Where the metrics of a slice's last successful run are kept."""
         return f"{self.root}/done/{slice_id}.json"
 
+    def progress_file(self, slice_id: str) -> str:
+        """Where the Spark progress records of a slice's last run are kept."""
+        return f"{self.root}/progress/{slice_id}.jsonl"
+
     # primitives ---------------------------------------------------------------------------
 
     def _local(self, uri: str) -> str:
@@ -116,6 +120,14 @@ class CheckpointStore:
     def _read(self, uri: str) -> str:
         fs, _ = self._fs()
         return read_text(fs, self._local(uri))
+
+    def _list(self, folder: str, suffix: str) -> list[str]:
+        """Names (without ``suffix``) of the files ending in ``suffix`` in ``folder``, sorted."""
+        from pyarrow.fs import FileSelector, FileType
+
+        fs, _ = self._fs()
+        infos = fs.get_file_info(FileSelector(self._local(folder), allow_not_found=True))
+        return sorted(i.base_name[: -len(suffix)] for i in infos if i.type == FileType.File and i.base_name.endswith(suffix))
 
     # sequential ---------------------------------------------------------------------------
 
@@ -179,7 +191,7 @@ class CheckpointStore:
 
     def record_progress(self, slice_id: str, records: list[dict[str, Any]]) -> str:
         """Keep the Spark progress records of a slice's run (one JSON per line); return where."""
-        path = f"{self.root}/progress/{slice_id}.jsonl"
+        path = self.progress_file(slice_id)
         self._write(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
         return path
 
@@ -188,3 +200,14 @@ class CheckpointStore:
         if not self._exists(self.done_file(slice_id)):
             return None
         return json.loads(self._read(self.done_file(slice_id)))  # type: ignore[no-any-return]
+
+    def progress(self) -> dict[str, list[dict[str, Any]]]:
+        """Slice id -> the Spark progress records kept of its last run, for every slice that ran."""
+        return {
+            slice_id: [json.loads(line) for line in self._read(self.progress_file(slice_id)).splitlines() if line.strip()]
+            for slice_id in self._list(f"{self.root}/progress", ".jsonl")
+        }
+
+    def done_all(self) -> list[dict[str, Any]]:
+        """The metrics of every slice recorded done (:meth:`done`), in slice order."""
+        return [json.loads(self._read(self.done_file(slice_id))) for slice_id in self._list(f"{self.root}/done", ".json")]

@@ -164,22 +164,6 @@ class JobConfig:
             raise KappaConfigError(f"sink {name!r} is not defined in {self.path}; defined: {sorted(self.sinks)}") from e
 
 
-def check_application(cfg: JobConfig) -> Path:
-    """The job's application file, checked to exist before a backfill writes anything.
-
-    :param cfg: the job config.
-    :raises KappaConfigError: ``job.application`` is not an existing file.
-    """
-    app = cfg.job.application
-    if not app.is_file():
-        what = "is a folder" if app.is_dir() else "does not exist"
-        raise KappaConfigError(
-            f"job.application: {str(app)!r} {what}; expected the job's Python file "
-            f"(a relative path is resolved against {str(cfg.path.parent)!r})"
-        )
-    return app
-
-
 class _Section:
     """Typed access to one mapping of the YAML, tracking unknown keys."""
 

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Mapping
 
-from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.backfill.catalogs import catalog_properties
+from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig, KafkaSourceConfig
 from airflow_provider_kappa.spark.settings import (
     AVAILABLE_NOW,
     BACKFILL,
@@ -22,22 +23,8 @@ from airflow_provider_kappa.spark.settings import (
     PREFIX,
     PROCESSING_TIME,
 )
+from airflow_provider_kappa.spark.source.options import IcebergReadSpec
 from airflow_provider_kappa.timeparse import format_duration
-
-
-def catalog_properties(cfg: JobConfig, name: str) -> dict[str, str]:
-    """pyiceberg properties of catalog ``name``; a ``conn_id`` catalog asks Airflow's IcebergHook.
-
-    :param cfg: the job config.
-    :param name: a catalog name of ``catalogs:``.
-    """
-    cat = cfg.catalog(name)
-    if cat.properties is not None:
-        return dict(cat.properties)
-    from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
-
-    catalog = IcebergHook(iceberg_conn_id=cat.conn_id or "iceberg_default").catalog
-    return {k: str(v) for k, v in catalog.properties.items()}
 
 
 def write_catalogs_file(cfg: JobConfig, path: str | Path, names: list[str] | None = None) -> Path:
@@ -73,7 +60,7 @@ class SliceRun:
     checkpoint: str
     sources: tuple[str, ...] = field(default_factory=tuple)  # job source names to backfill; empty = all
     continued: bool = False  # sequential: a later slice goes on from this one's checkpoint with data
-    plan_files: Mapping[str, str] = field(default_factory=dict)  # concrete source -> scan plan (source_plan.py)
+    file_lists: Mapping[str, str] = field(default_factory=dict)  # concrete source -> file list (spark/source/file_list.py)
 
 
 def _common(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str | Path) -> dict[str, str]:
@@ -89,26 +76,25 @@ def _common(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str | Pat
     return conf
 
 
-def _source_keys(
-    name: str, src: object, candidate: str, snapshot_id: int | None = None, plan_file: str | None = None
+def source_conf(
+    name: str,
+    src: IcebergSourceConfig | KafkaSourceConfig,
+    candidate: str,
+    snapshot_id: int | None = None,
+    plan_file: str | None = None,
 ) -> dict[str, str]:
-    key = f"{PREFIX}source.{name}."
-    if isinstance(src, IcebergSourceConfig):
-        out = {
-            key + "type": "iceberg",
-            key + "candidate": candidate,
-            key + "catalog": src.catalog,
-            key + "table": src.table,
-            key + "ingestion_column": src.ingestion_column,
-        }
-        if snapshot_id is not None:
-            out[key + "snapshot_id"] = str(snapshot_id)
-        if plan_file is not None:
-            out[key + "plan_file"] = plan_file
-        return out
-    from airflow_provider_kappa.backfill.config import KafkaSourceConfig
+    """The ``spark.kappa.source.<name>.*`` keys of job source ``name`` read through ``src``.
 
-    assert isinstance(src, KafkaSourceConfig)
+    :param name: the name the job passes to ``read_source``.
+    :param src: the concrete source chosen for it.
+    :param candidate: that source's name.
+    :param snapshot_id: an iceberg source's pinned snapshot (backfill).
+    :param plan_file: an iceberg source's file list for the slice (backfill, :mod:`~airflow_provider_kappa.spark.source.file_list`).
+    """
+    if isinstance(src, IcebergSourceConfig):
+        spec = IcebergReadSpec(src.catalog, src.table, src.ingestion_column, snapshot_id=snapshot_id, plan_file=plan_file)
+        return spec.to_conf(name, candidate)
+    key = f"{PREFIX}source.{name}."
     out = {
         key + "type": "kafka",
         key + "candidate": candidate,
@@ -148,7 +134,7 @@ def live_conf(cfg: JobConfig, catalogs_file: str | Path, checkpoint: str | None 
     conf[PREFIX + "trigger.interval"] = format_duration(cfg.job.live_trigger)
     for name in cfg.job_sources():
         src = cfg.resolve(name, backfill=False)
-        conf.update(_source_keys(name, src, src.name))
+        conf.update(source_conf(name, src, src.name))
     conf.update(_sink_keys(cfg))
     return conf
 
@@ -184,7 +170,7 @@ def slice_conf(cfg: JobConfig, run: SliceRun, catalogs_file: str | Path) -> dict
         conf[NO_DATA_BATCHES] = "false"
     for name in run.sources or tuple(cfg.job_sources()):
         src = cfg.resolve(name, backfill=True)
-        conf.update(_source_keys(name, src, src.name, run.snapshot_ids.get(src.name), run.plan_files.get(src.name)))
+        conf.update(source_conf(name, src, src.name, run.snapshot_ids.get(src.name), run.file_lists.get(src.name)))
     conf.update(_sink_keys(cfg, run.staging_tables))
     for name in cfg.sinks:
         key = f"{PREFIX}sink.{name}."

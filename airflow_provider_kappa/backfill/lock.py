@@ -17,6 +17,9 @@ The same backfill id taking its own lock again (a rerun, ``--resume``, an Airflo
 allowed and refreshes it. A lock past its ``expires_at`` (the tag retention of its backfill,
 7 days by default) is stale: a new overlapping backfill takes it over with a warning.
 
+:func:`lock` and :func:`release` apply this to a backfill's sink targets (the snapshot step locks,
+publish and ``kappa backfill --release-lock`` release).
+
 pyiceberg only: no Spark, no Airflow.
 """
 
@@ -34,10 +37,14 @@ from airflow_provider_kappa.timeparse import parse_timestamp
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
+    from airflow_provider_kappa.backfill.steps import Backfill
+
 log = logging.getLogger(__name__)
 
 #: Table property prefix of backfill locks.
 LOCK_PREFIX = "kappa.backfill.lock."
+#: How long a backfill's lock stays live, and the retention of the tag pinning its source snapshots.
+DEFAULT_TAG_RETENTION = timedelta(days=7)
 
 
 def lock_property(backfill_id: str) -> str:
@@ -275,3 +282,69 @@ def release_lock(table: Table, backfill_id: str, *, max_attempts: int = 5) -> bo
         f"could not release the lock {key} of {_table_name(table)} in {max_attempts} attempt(s) "
         f"({type(last).__name__}: {last}); retry"
     ) from last
+
+
+# --------------------------------------------------------------------------- a backfill's targets
+
+
+def targets(bf: Backfill) -> list[tuple[str, str]]:
+    """``(catalog, table)`` of every sink target, each once, in a fixed order (no lock-order deadlock)."""
+    return sorted({(sink.catalog, sink.table) for sink in bf.cfg.sinks.values()})
+
+
+def load_target(bf: Backfill, catalog: str, table: str) -> Table:
+    """A sink's target table, or :class:`~airflow_provider_kappa.exceptions.KappaSinkError` naming it."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return bf.catalog_for(catalog).load_table(table)
+    except NoSuchTableError as e:
+        raise KappaSinkError(
+            f"backfill {bf.id}: target table {table!r} does not exist in catalog {catalog!r}; "
+            "a backfill replaces a window of an existing table"
+        ) from e
+
+
+def lock(bf: Backfill, *, retention: timedelta = DEFAULT_TAG_RETENTION) -> list[tuple[str, str]]:
+    """Lock the window ``[start, end)`` of every sink's target table for ``bf`` (see the module
+    docstring): refused when another backfill holds an overlapping window of one of them;
+    re-taking its own lock (rerun, resume, retry) is allowed.
+
+    :param bf: the backfill.
+    :param retention: how long the lock stays live without being released (then it is stale
+        and may be taken over).
+    :returns: ``(catalog, table)`` of the locks this call newly took.
+    :raises KappaConcurrencyError: naming the holder and its window; locks this call took are
+        given back, so a refused backfill leaves nothing behind.
+    """
+    from airflow_provider_kappa.backfill.steps import release_command
+
+    taken: list[tuple[str, str]] = []
+    try:
+        for catalog, table in targets(bf):
+            _, held = take_lock(
+                load_target(bf, catalog, table), bf.id, bf.cfg.job.name, bf.params.start, bf.params.end,
+                retention=retention, release=release_command(bf),
+            )  # fmt: skip
+            if not held:
+                taken.append((catalog, table))
+    except BaseException:
+        for catalog, table in taken:
+            release_target(bf, catalog, table)
+        raise
+    return taken
+
+
+def release_target(bf: Backfill, catalog: str, table: str) -> bool:
+    """Release ``bf``'s lock on one target; whether there was one."""
+    return release_lock(load_target(bf, catalog, table), bf.id)
+
+
+def release(bf: Backfill) -> list[str]:
+    """Release ``bf``'s lock on every sink target (publish does it; ``kappa backfill --release-lock``
+    does it for an abandoned backfill). Idempotent.
+
+    :param bf: the backfill.
+    :returns: the tables whose lock was removed.
+    """
+    return [table for catalog, table in targets(bf) if release_target(bf, catalog, table)]

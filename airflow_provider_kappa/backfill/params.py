@@ -1,5 +1,13 @@
-"""Backfill parameters: one parser and one validator shared by ``kappa plan``/``kappa backfill``
-and the Airflow DAG's Params form.
+"""Backfill parameters: ONE table (:data:`PARAMS`) from which everything about them is derived,
+shared by ``kappa plan``/``kappa backfill`` and the Airflow DAG's Params form.
+
+Each :class:`Param` row gives a parameter's name, CLI flag, kind, default and help. From the
+table come :func:`parse_params` (validation, defaults), :meth:`BackfillParams.to_dict`,
+:func:`backfill_id`'s inputs, :func:`to_argv` (the flags of the ``kappa backfill`` command a
+lock names for its release), :func:`param_schemas` (the Params form), the CLI flags
+(:func:`airflow_provider_kappa.cli.plan.add_backfill_arguments`) and the docs' option lists
+(:func:`options_synopsis`, :func:`params_table`; a unit test checks README.md and
+docs/airflow.md hold them).
 
 Pure Python (no Airflow, pyspark or pyiceberg): it runs at DAG-parse time (the form's JSON
 schema), in the CLI and inside every task. Every error names the parameter, the bad value
@@ -12,7 +20,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig
 from airflow_provider_kappa.exceptions import KappaConfigError
@@ -22,21 +30,6 @@ SEQUENTIAL = "sequential"
 PARALLEL = "parallel"
 MODES = (SEQUENTIAL, PARALLEL)
 DEFAULT_THRESHOLD = timedelta(minutes=15)
-
-#: Every parameter name, in form order.
-KEYS = (
-    "start",
-    "end",
-    "sources",
-    "slice",
-    "max_misalignment_threshold",
-    "warmup",
-    "tail",
-    "mode",
-    "dry_run",
-    "publish",
-    "min_match",
-)
 
 # JSON-schema patterns mirroring timeparse: checked by Airflow when a run is triggered.
 _NUM = r"\d+(\.\d+)?"
@@ -50,23 +43,210 @@ POSITIVE_DURATION_PATTERN = rf"^(?=[^1-9]*[1-9])\s*({_SHORT_DURATION}|{_ISO_DURA
 TIMESTAMP_PATTERN = (
     r"^\s*\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}:?\d{2})\s*$"
 )
+_TIMESTAMP_FORM = "ISO-8601 timestamp with an offset, e.g. 2026-11-01T00:00:00+00:00"
+_DURATION_FORMS = "duration: 30s, 15min, 1h, 2d or ISO-8601 (PT15M)"
+
+Kind = Literal["timestamp", "duration", "sources", "enum", "bool", "number"]
+#: A default from the job config and the values parsed so far (empty for the form's default).
+Default = Callable[[JobConfig, Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One backfill parameter (a row of :data:`PARAMS`).
+
+    :param name: the Airflow Param, the :class:`BackfillParams` field and the raw dicts' key.
+    :param flag: the ``kappa plan``/``kappa backfill`` flag; a boolean's ``--no-`` flag sets it false.
+    :param kind: ``timestamp``, ``duration``, ``sources`` (job source names), ``enum``, ``bool``
+        or ``number``.
+    :param help: what it does (form description, CLI help, docs).
+    :param default: the default value; ``None``: required.
+    :param default_doc: the default in words (CLI help, docs).
+    :param example: the value in the CLI synopsis (``--slice 1h``); enums show their choices.
+    :param section: ``basic``, or ``advanced`` (a collapsed section of the trigger form).
+    :param identity: its key in :func:`backfill_id`; ``None``: it does not change staged output.
+    :param allow_zero: a duration that may be zero.
+    :param nullable: the form accepts empty (the default is then another parameter's value).
+    :param choices: an enum's values.
+    :param bounds: a number's minimum and maximum.
+    :param unit: what a number is, for messages (``percentage``).
+    """
+
+    name: str
+    flag: str
+    kind: Kind
+    help: str
+    default: Default | None
+    default_doc: str
+    example: str = ""
+    section: Literal["basic", "advanced"] = "basic"
+    identity: str | None = None
+    allow_zero: bool = False
+    nullable: bool = False
+    choices: tuple[str, ...] = ()
+    bounds: tuple[float, float] = (0, 0)
+    unit: str = ""
+
+    @property
+    def required(self) -> bool:
+        """No default: must be given."""
+        return self.default is None
+
+    @property
+    def takes_value(self) -> bool:
+        """The CLI flag takes a value (booleans are bare flags)."""
+        return self.kind != "bool"
+
+    def value_doc(self) -> str:
+        """The values allowed, in words."""
+        if self.kind == "timestamp":
+            return _TIMESTAMP_FORM
+        if self.kind == "duration":
+            return f"{'zero or positive' if self.allow_zero else 'positive'} {_DURATION_FORMS}"
+        if self.kind == "sources":
+            return "names of the job's sources, comma-separated on the command line"
+        if self.kind == "enum":
+            return " or ".join(self.choices)
+        if self.kind == "number":
+            return f"{self.unit} {self.bounds[0]:g}-{self.bounds[1]:g}"
+        return "true or false"
+
+    def description(self) -> str:
+        """The form's description of the field (the form shows choices, booleans and sources itself)."""
+        value = f"; {self.value_doc()}" if self.kind in ("timestamp", "duration", "number") else ""
+        empty = f" (empty: {self.default_doc})" if self.nullable else ""
+        return f"{self.help}{value}{empty}."
+
+    def cli_help(self) -> str:
+        """The argparse help of the flag."""
+        if not self.takes_value:
+            negated = self.flag.startswith("--no-")
+            return f"Do not {self.help[0].lower()}{self.help[1:]}" if negated else self.help
+        value = "" if self.kind == "enum" else f"; {self.value_doc()}"
+        default = "" if self.required else f" (default: {self.default_doc})"
+        return f"{self.help}{value}{default}".replace("%", "%%")
+
+    def parse(self, cfg: JobConfig, value: Any, values: Mapping[str, Any]) -> Any:
+        """Validate one raw value; blank takes the default.
+
+        :param cfg: the job config.
+        :param value: the raw value (a string, or an already typed value).
+        :param values: the parameters parsed before this one (defaults may depend on them).
+        :raises KappaConfigError: naming the parameter, the value and what is allowed.
+        """
+        key = f"backfill parameter {self.name}"
+        if self.kind == "sources":
+            return _sources(cfg, value)
+        if _blank(value):
+            if self.default is None:
+                raise KappaConfigError(f"{key}: missing; give an {_TIMESTAMP_FORM}")
+            return self.default(cfg, values)
+        if self.kind == "timestamp":
+            return parse_timestamp(value, key)
+        if self.kind == "duration":
+            return parse_duration(value, key, allow_zero=self.allow_zero)
+        if self.kind == "enum":
+            if str(value).strip() not in self.choices:
+                raise KappaConfigError(f"{key}: {value!r} is not a {self.name}; allowed: {list(self.choices)}")
+            return str(value).strip()
+        if self.kind == "number":
+            return _number(value, key, self.bounds, self.unit)
+        return _bool(value, key)
+
+    def dump(self, value: Any) -> Any:
+        """The JSON-able form of a parsed value, accepted back by :meth:`parse`."""
+        if value is None:
+            return None
+        if self.kind == "timestamp":
+            return value.isoformat()
+        if self.kind == "duration":
+            return human_duration(value)
+        if self.kind == "sources":
+            return list(value)
+        return value
+
+    def argv(self, value: Any) -> list[str]:
+        """The CLI flag (and value) that give ``value``; none for a boolean at its flag's default."""
+        if self.kind == "bool":
+            return [self.flag] if bool(value) != self.flag.startswith("--no-") else []
+        return [self.flag, ",".join(value) if self.kind == "sources" else str(self.dump(value))]
+
+    def schema(self, cfg: JobConfig) -> dict[str, Any]:
+        """The JSON schema of the Airflow Param, with its default, title and description."""
+        out: dict[str, Any] = {} if self.default is None else {"default": self.dump(self.default(cfg, {}))}
+        if self.kind == "timestamp":
+            out.update(type="string", pattern=TIMESTAMP_PATTERN)
+        elif self.kind == "duration":
+            pattern = DURATION_PATTERN if self.allow_zero else POSITIVE_DURATION_PATTERN
+            out.update(type=["null", "string"] if self.nullable else "string", pattern=pattern)
+        elif self.kind == "sources":
+            names = list(cfg.job_sources())
+            out.update(type="array", items={"type": "string", "enum": names}, examples=names)
+            out.update(minItems=1, uniqueItems=True)
+        elif self.kind == "enum":
+            out.update(type="string", enum=list(self.choices))
+        elif self.kind == "number":
+            out.update(type="number", minimum=self.bounds[0], maximum=self.bounds[1])
+        else:
+            out.update(type="boolean")
+        out.update(title=self.name, description=self.description())
+        if self.section == "advanced":
+            out["section"] = "Advanced"
+        return out
+
+
+def _tail_default(cfg: JobConfig, values: Mapping[str, Any]) -> timedelta | None:
+    return cfg.backfill.tail if cfg.backfill.tail is not None else values.get("max_misalignment_threshold")
+
+
+#: The backfill parameters, in form order (the CLI order of DESIGN.md is :data:`CLI_PARAMS`).
+PARAMS: tuple[Param, ...] = (
+    Param("start", "--start", "timestamp", "First instant of the window to replace (inclusive)",
+          None, "required", "T", identity="start"),
+    Param("end", "--end", "timestamp", "End of the window to replace (exclusive, after start)",
+          None, "required", "T", identity="end"),
+    Param("sources", "--sources", "sources", "Job sources to read from their Iceberg candidates",
+          lambda cfg, v: list(cfg.job_sources()), "all the job's sources", "a,b", identity="sources"),
+    Param("slice", "--slice", "duration",
+          "Slice length (one run of the unchanged job each), slices aligned to multiples of it from the epoch",
+          lambda cfg, v: cfg.backfill.slice, "backfill.slice of kappa.yaml, else 1h", "1h", "advanced", "slice"),
+    Param("max_misalignment_threshold", "--max-misalignment", "duration",
+          "Ingestion time one micro-batch may advance, at most the slice",
+          lambda cfg, v: default_threshold(cfg, v.get("sources")),
+          "the smallest max_misalignment_threshold of the sources, else 15min", "15min", "advanced", "threshold"),
+    Param("warmup", "--warmup", "duration", "Ingestion time read before start to bootstrap state",
+          lambda cfg, v: cfg.backfill.warmup, "backfill.warmup, else 0s", "0s", "advanced", "warmup",
+          allow_zero=True),
+    Param("tail", "--tail", "duration",
+          "Ingestion time read after end, so late events and the watermark close windows",
+          _tail_default, "backfill.tail, else the threshold", "15min", "advanced", "tail",
+          allow_zero=True, nullable=True),
+    Param("mode", "--mode", "enum",
+          "sequential: one shared checkpoint, slices in order (exact for any stateful job); "
+          "parallel: independent slices (state spanning at most warmup)",
+          lambda cfg, v: cfg.backfill.mode, "backfill.mode, else sequential", identity="mode", choices=MODES),
+    Param("dry_run", "--dry-run", "bool", "Write nothing outside staging (validate, do not publish)",
+          lambda cfg, v: False, "false"),
+    Param("publish", "--no-publish", "bool",
+          "Publish the staged window after a passing validation",
+          lambda cfg, v: True, "true"),
+    Param("min_match", "--min-match", "number",
+          "Minimum match rate of staged vs current rows; below it, nothing is published",
+          lambda cfg, v: cfg.backfill.min_match, "backfill.min_match, else 0", "99.9", bounds=(0, 100),
+          unit="percentage"),
+)  # fmt: skip
+#: Every parameter name, in form order.
+KEYS = tuple(p.name for p in PARAMS)
+BY_NAME = {p.name: p for p in PARAMS}
+#: The parameters in the order of the CLI flags (DESIGN.md "Command line").
+CLI_PARAMS = tuple(BY_NAME[k] for k in ("start", "end", "mode", "slice", "warmup", "tail", "max_misalignment_threshold",
+                                       "sources", "dry_run", "publish", "min_match"))  # fmt: skip
 
 
 @dataclass(frozen=True)
 class BackfillParams:
-    """Validated parameters of one backfill (all times aware UTC).
-
-    :param start: first instant of the window (sink ``time_column``), inclusive.
-    :param end: end of the window, exclusive.
-    :param sources: job source names to backfill.
-    :param slice: slice length; slices are aligned to multiples of it from the epoch.
-    :param max_misalignment_threshold: ingestion time one micro-batch may advance.
-    :param warmup: ingestion time read before ``start`` to bootstrap state.
-    :param tail: ingestion time read after ``end`` so late events and the watermark close windows.
-    :param mode: ``sequential`` (one shared checkpoint) or ``parallel`` (independent slices).
-    :param dry_run: write nothing outside staging (no publish).
-    :param publish: publish after a passing validation.
-    :param min_match: minimum match rate (percent) of staged vs current rows; gates publish.
+    """Validated parameters of one backfill (all times aware UTC), one field per row of
+    :data:`PARAMS`, in its order.
     """
 
     start: datetime
@@ -98,19 +278,12 @@ class BackfillParams:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, accepted back by :func:`parse_params`."""
-        return {
-            "start": self.start.isoformat(),
-            "end": self.end.isoformat(),
-            "sources": list(self.sources),
-            "slice": human_duration(self.slice),
-            "max_misalignment_threshold": human_duration(self.max_misalignment_threshold),
-            "warmup": human_duration(self.warmup),
-            "tail": human_duration(self.tail),
-            "mode": self.mode,
-            "dry_run": self.dry_run,
-            "publish": self.publish,
-            "min_match": self.min_match,
-        }
+        return {p.name: p.dump(getattr(self, p.name)) for p in PARAMS}
+
+
+BackfillParams.__doc__ = (BackfillParams.__doc__ or "") + "\n" + "\n".join(
+    f"    :param {p.name}: {p.help}." for p in PARAMS
+)
 
 
 def human_duration(value: timedelta) -> str:
@@ -144,14 +317,25 @@ def _blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def _bool(value: object, key: str, default: bool) -> bool:
-    if _blank(value):
-        return default
+def _bool(value: object, key: str) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
         return value.strip().lower() in ("true", "yes", "1")
-    raise KappaConfigError(f"backfill parameter {key}: {value!r} is not a boolean; allowed: true, false")
+    raise KappaConfigError(f"{key}: {value!r} is not a boolean; allowed: true, false")
+
+
+def _number(value: object, key: str, bounds: tuple[float, float], unit: str) -> float:
+    low, high = bounds
+    try:
+        if isinstance(value, bool):
+            raise ValueError("a boolean is not a number")
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as e:
+        raise KappaConfigError(f"{key}: {value!r} is not a number; expected a {unit} {low:g}-{high:g}") from e
+    if not low <= number <= high:
+        raise KappaConfigError(f"{key}: {value!r} must be between {low:g} and {high:g}")
+    return number
 
 
 def _sources(cfg: JobConfig, value: object) -> tuple[str, ...]:
@@ -184,8 +368,10 @@ def _sources(cfg: JobConfig, value: object) -> tuple[str, ...]:
 def parse_params(cfg: JobConfig, raw: Mapping[str, Any]) -> BackfillParams:
     """Validate raw backfill parameters (CLI flags, DAG params, JSON) against ``cfg``.
 
-    Missing or blank values take the job's ``backfill:`` defaults; ``max_misalignment_threshold``
-    defaults to the sources' configured threshold (else 15min) and ``tail`` to that threshold.
+    Each value is checked by its :data:`PARAMS` row, in table order; missing or blank values take
+    the row's default (the job's ``backfill:`` defaults; ``max_misalignment_threshold`` the
+    sources' configured threshold, else 15min; ``tail`` that threshold). Then the checks across
+    parameters: end after start, threshold at most the slice, slice within the range read.
 
     :param cfg: the job config.
     :param raw: parameter name -> value (strings, or already typed values).
@@ -194,103 +380,68 @@ def parse_params(cfg: JobConfig, raw: Mapping[str, Any]) -> BackfillParams:
     unknown = sorted(set(raw) - set(KEYS))
     if unknown:
         raise KappaConfigError(f"backfill parameters: unknown key(s) {unknown}; allowed: {list(KEYS)}")
-    for key in ("start", "end"):
-        if _blank(raw.get(key)):
-            raise KappaConfigError(
-                f"backfill parameter {key}: missing; give an ISO-8601 timestamp with an offset, "
-                "e.g. 2026-11-01T00:00:00+00:00"
-            )
-    start = parse_timestamp(raw["start"], "backfill parameter start")
-    end = parse_timestamp(raw["end"], "backfill parameter end")
-    if end <= start:
+    for p in PARAMS:
+        if p.required and _blank(raw.get(p.name)):
+            p.parse(cfg, None, {})  # a missing start or end is named before any other error
+    values: dict[str, Any] = {}
+    for p in PARAMS:
+        values[p.name] = p.parse(cfg, raw.get(p.name), values)
+    params = BackfillParams(**values)
+    if params.end <= params.start:
         raise KappaConfigError(
             f"backfill parameter end: {raw['end']!r} is not after start {raw['start']!r}; "
             "the window [start, end) must not be empty"
         )
-    sources = _sources(cfg, raw.get("sources"))
-    defaults = cfg.backfill
-
-    def duration(key: str, default: timedelta, *, allow_zero: bool) -> timedelta:
-        value = raw.get(key)
-        if _blank(value):
-            return default
-        return parse_duration(value, f"backfill parameter {key}", allow_zero=allow_zero)
-
-    slice_len = duration("slice", defaults.slice, allow_zero=False)
-    threshold = duration("max_misalignment_threshold", default_threshold(cfg, sources), allow_zero=False)
-    warmup = duration("warmup", defaults.warmup, allow_zero=True)
-    tail = duration("tail", defaults.tail if defaults.tail is not None else threshold, allow_zero=True)
-    if threshold > slice_len:
+    if params.max_misalignment_threshold > params.slice:
         raise KappaConfigError(
-            f"backfill parameter max_misalignment_threshold: {human_duration(threshold)} exceeds slice "
-            f"{human_duration(slice_len)}; it must be at most the slice"
+            f"backfill parameter max_misalignment_threshold: {human_duration(params.max_misalignment_threshold)} "
+            f"exceeds slice {human_duration(params.slice)}; it must be at most the slice"
         )
-    read_span = (end + tail) - (start - warmup)
-    if slice_len > read_span:
+    read_span = params.read_end - params.read_start
+    if params.slice > read_span:
         raise KappaConfigError(
-            f"backfill parameter slice: {human_duration(slice_len)} is larger than the range read "
+            f"backfill parameter slice: {human_duration(params.slice)} is larger than the range read "
             f"[start - warmup, end + tail) = {human_duration(read_span)}; use a slice of at most "
             f"{human_duration(read_span)}"
         )
-    mode = defaults.mode if _blank(raw.get("mode")) else str(raw.get("mode")).strip()
-    if mode not in MODES:
-        raise KappaConfigError(f"backfill parameter mode: {raw.get('mode')!r} is not a mode; allowed: {list(MODES)}")
-    min_match_raw = raw.get("min_match")
-    if _blank(min_match_raw):
-        min_match = defaults.min_match
-    else:
-        try:
-            if isinstance(min_match_raw, bool):
-                raise ValueError("a boolean is not a percentage")
-            min_match = float(min_match_raw)  # type: ignore[arg-type]
-        except (TypeError, ValueError) as e:
-            raise KappaConfigError(
-                f"backfill parameter min_match: {min_match_raw!r} is not a number; expected a percentage 0-100"
-            ) from e
-        if not 0.0 <= min_match <= 100.0:
-            raise KappaConfigError(f"backfill parameter min_match: {min_match_raw!r} must be between 0 and 100")
-    return BackfillParams(
-        start=start,
-        end=end,
-        sources=sources,
-        slice=slice_len,
-        max_misalignment_threshold=threshold,
-        warmup=warmup,
-        tail=tail,
-        mode=mode,
-        dry_run=_bool(raw.get("dry_run"), "dry_run", False),
-        publish=_bool(raw.get("publish"), "publish", True),
-        min_match=min_match,
-    )
+    return params
 
 
 def backfill_id(cfg: JobConfig, params: BackfillParams) -> str:
     """A deterministic id of what a backfill computes: same job and parameters -> same id,
     so a rerun reuses its tag, staging tables and checkpoints.
 
-    ``dry_run``, ``publish`` and ``min_match`` do not change staged output and are left out.
-    The id uses only ``[a-z0-9_]`` (it becomes part of table, tag and folder names).
+    Only the parameters with an ``identity`` in :data:`PARAMS` count (``dry_run``, ``publish``
+    and ``min_match`` do not change staged output). The id uses only ``[a-z0-9_]`` (it becomes
+    part of table, tag and folder names).
 
     :param cfg: the job config.
     :param params: validated parameters.
     """
-    identity = {
-        "job": cfg.job.name,
-        "start": params.start.isoformat(),
-        "end": params.end.isoformat(),
-        "mode": params.mode,
-        "slice": params.slice.total_seconds(),
-        "threshold": params.max_misalignment_threshold.total_seconds(),
-        "warmup": params.warmup.total_seconds(),
-        "tail": params.tail.total_seconds(),
-        "sources": sorted(params.sources),
-    }
+    identity: dict[str, Any] = {"job": cfg.job.name}
+    for p in PARAMS:
+        if p.identity:
+            value = getattr(params, p.name)
+            if p.kind == "duration":
+                identity[p.identity] = value.total_seconds()
+            else:
+                identity[p.identity] = sorted(value) if p.kind == "sources" else p.dump(value)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
     return f"bf_{params.start:%Y%m%d%H%M}_{digest}"
 
 
+def to_argv(params: BackfillParams, *, identity_only: bool = False) -> list[str]:
+    """The ``kappa backfill`` flags giving ``params`` (without ``--config``), in CLI order.
+
+    :param params: validated parameters.
+    :param identity_only: only the flags that decide the backfill id (what a lock's release needs).
+    """
+    return [a for p in CLI_PARAMS if p.identity or not identity_only for a in p.argv(getattr(params, p.name))]
+
+
 def param_schemas(cfg: JobConfig) -> dict[str, dict[str, Any]]:
-    """JSON schema (with default, title and description) of every parameter, for Airflow Params.
+    """JSON schema (with default, title, description and, for advanced fields, the form section)
+    of every parameter, for Airflow Params.
 
     Each schema checks one value on its own (Airflow validates Params one by one when a run is
     triggered); checks across parameters (``end`` after ``start``, threshold at most the slice,
@@ -298,88 +449,22 @@ def param_schemas(cfg: JobConfig) -> dict[str, dict[str, Any]]:
 
     :param cfg: the job config (its sources and ``backfill:`` defaults).
     """
-    sources = cfg.job_sources()
-    threshold = default_threshold(cfg)
-    d = cfg.backfill
-    ts = "ISO-8601 timestamp with an offset, e.g. 2026-11-01T00:00:00+00:00"
-    dur = "duration: 30s, 15min, 1h, 2d or ISO-8601 (PT15M)"
-    return {
-        "start": {
-            "type": "string",
-            "pattern": TIMESTAMP_PATTERN,
-            "title": "start",
-            "description": f"First instant of the window to replace (inclusive); {ts}.",
-        },
-        "end": {
-            "type": "string",
-            "pattern": TIMESTAMP_PATTERN,
-            "title": "end",
-            "description": f"End of the window to replace (exclusive, after start); {ts}.",
-        },
-        "sources": {
-            "default": list(sources),
-            "type": "array",
-            "items": {"type": "string", "enum": list(sources)},
-            "examples": list(sources),
-            "minItems": 1,
-            "uniqueItems": True,
-            "title": "sources",
-            "description": "Job sources to read from their Iceberg candidates.",
-        },
-        "slice": {
-            "default": human_duration(d.slice),
-            "type": "string",
-            "pattern": POSITIVE_DURATION_PATTERN,
-            "title": "slice",
-            "description": f"Slice length (one spark-submit each), aligned to multiples from the epoch; positive {dur}.",
-        },
-        "max_misalignment_threshold": {
-            "default": human_duration(threshold),
-            "type": "string",
-            "pattern": POSITIVE_DURATION_PATTERN,
-            "title": "max_misalignment_threshold",
-            "description": f"Ingestion time one micro-batch may advance, at most the slice; positive {dur}.",
-        },
-        "warmup": {
-            "default": human_duration(d.warmup),
-            "type": "string",
-            "pattern": DURATION_PATTERN,
-            "title": "warmup",
-            "description": f"Ingestion time read before start to bootstrap state; zero or positive {dur}.",
-        },
-        "tail": {
-            "default": None if d.tail is None else human_duration(d.tail),
-            "type": ["null", "string"],
-            "pattern": DURATION_PATTERN,
-            "title": "tail",
-            "description": f"Ingestion time read after end (empty: the threshold); zero or positive {dur}.",
-        },
-        "mode": {
-            "default": d.mode,
-            "type": "string",
-            "enum": list(MODES),
-            "title": "mode",
-            "description": "sequential: one shared checkpoint, slices in order (exact for any stateful job); "
-            "parallel: independent slices (state spanning at most warmup).",
-        },
-        "dry_run": {
-            "default": False,
-            "type": "boolean",
-            "title": "dry_run",
-            "description": "Write nothing outside staging (validate, do not publish).",
-        },
-        "publish": {
-            "default": True,
-            "type": "boolean",
-            "title": "publish",
-            "description": "Publish the staged window after a passing validation.",
-        },
-        "min_match": {
-            "default": d.min_match,
-            "type": "number",
-            "minimum": 0,
-            "maximum": 100,
-            "title": "min_match",
-            "description": "Minimum match rate (percent) of staged vs current rows; below it, nothing is published.",
-        },
-    }
+    return {p.name: p.schema(cfg) for p in PARAMS}
+
+
+def options_synopsis() -> str:
+    """The backfill options as DESIGN.md writes them (``--mode sequential|parallel  --slice 1h  …``)."""
+    parts = []
+    for p in CLI_PARAMS:
+        if not p.required:
+            value = "|".join(p.choices) if p.kind == "enum" else p.example
+            parts.append(f"{p.flag} {value}" if p.takes_value else p.flag)
+    return "  ".join(parts)
+
+
+def params_table() -> str:
+    """The parameters as a Markdown table (docs/airflow.md, the DAG's doc)."""
+    rows = ["| param | CLI flag | what it does | value | default | form section |", "|---|---|---|---|---|---|"]
+    for p in PARAMS:
+        rows.append(f"| `{p.name}` | `{p.flag}` | {p.help} | {p.value_doc()} | {p.default_doc} | {p.section} |")
+    return "\n".join(rows)

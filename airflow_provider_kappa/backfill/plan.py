@@ -10,9 +10,7 @@ Grid: boundaries are multiples of ``slice`` from the Unix epoch, the same for ev
 
 A plan is small and JSON-able (:meth:`BackfillPlan.to_dict`); its slices
 (:meth:`SlicePlan.to_dict`) feed Airflow's dynamic task mapping. Pure Python except for the
-``spans_of`` callable the caller passes (backed by :func:`airflow_provider_kappa.spark.scan_plan.plan_files`)
-and :func:`check_tables`, which opens the tables a backfill reads and writes (pyiceberg, imported
-inside it) so that bad input is refused before anything is written.
+``spans_of`` callable the caller passes (backed by :func:`airflow_provider_kappa.spark.source.manifests.file_spans`).
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig
-from airflow_provider_kappa.exceptions import KappaSinkError, KappaSourceError
+from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.backfill.params import PARALLEL, SEQUENTIAL, BackfillParams
 from airflow_provider_kappa.timeparse import from_micros, parse_timestamp, to_micros
 
@@ -32,7 +29,7 @@ OUTSIZED_FACTOR = 3.0
 
 
 class Span(Protocol):
-    """What the planner needs of a data file (``scan_plan.FileSpan`` has it)."""
+    """What the planner needs of a data file (``spark.source.file_index.FileSpan`` has it)."""
 
     @property
     def record_count(self) -> int: ...
@@ -345,54 +342,3 @@ def plan_backfill(
         if not found:
             plan_warnings.append(f"source {name} has no data in the range read")
     return BackfillPlan(backfill_id=backfill_id, mode=params.mode, slices=tuple(slices), warnings=tuple(plan_warnings))
-
-
-def check_tables(
-    cfg: JobConfig, sources: Sequence[str], catalog_for: Callable[[str], Any], *, sinks: bool = True
-) -> None:
-    """Refuse a backfill whose tables are not there, before it writes anything (no tag, no
-    checkpoint, no staging table): every source read must be an existing table whose ingestion
-    column is a ``timestamptz`` (or ``timestamp``), and every sink's target an existing table
-    whose ``time_column`` is a ``timestamptz``, ``timestamp`` or ``date``.
-
-    Opening the catalogs also proves they can be reached.
-
-    :param cfg: the job config.
-    :param sources: job source names the backfill reads (``BackfillParams.sources``).
-    :param catalog_for: opens a catalog of the job by name (``Backfill.catalog_for``).
-    :param sinks: check the sinks' target tables too (``kappa plan`` reads only the sources).
-    :raises KappaConfigError: a catalog that cannot be loaded (from ``catalog_for``).
-    :raises KappaSourceError: a missing source table, or a missing/non-timestamp ingestion column.
-    :raises KappaSinkError: a missing target table, or a missing/non-time ``time_column``.
-    """
-    from pyiceberg.types import DateType, TimestampType, TimestamptzType
-
-    from airflow_provider_kappa.spark.catalog import load_table
-    from airflow_provider_kappa.spark.scan_plan import ingestion_field
-
-    for name in sources:
-        src = cfg.resolve(name, backfill=True)
-        if not isinstance(src, IcebergSourceConfig):  # resolve() refuses this already; keeps mypy honest
-            raise KappaSourceError(f"source {name}: {src.name!r} is not an iceberg source")
-        try:
-            table = load_table(catalog_for(src.catalog), src.table)
-        except KappaSourceError as e:
-            raise KappaSourceError(f"source {name} ({src.name}): {e}") from e
-        ingestion_field(table.schema(), src.ingestion_column, src.table)
-    for name, sink in cfg.sinks.items() if sinks else ():
-        try:
-            table = load_table(catalog_for(sink.catalog), sink.table)
-        except KappaSourceError as e:
-            raise KappaSinkError(f"sink {name}: target {e}; create it before backfilling into it") from e
-        schema = table.schema()
-        if sink.time_column not in schema.column_names:
-            raise KappaSinkError(
-                f"sink {name}: time_column {sink.time_column!r} is not a column of {sink.table!r}; "
-                f"columns: {schema.column_names}"
-            )
-        ftype = schema.find_field(sink.time_column).field_type
-        if not isinstance(ftype, (TimestamptzType, TimestampType, DateType)):
-            raise KappaSinkError(
-                f"sink {name}: time_column {sink.time_column!r} of {sink.table!r} has type {ftype}; "
-                "expected timestamptz, timestamp or date"
-            )

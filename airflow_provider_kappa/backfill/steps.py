@@ -1,12 +1,17 @@
-"""The backfill steps as plain functions: snapshot, plan, slice run, validate, publish.
+"""A backfill and the steps between its snapshot and its validation: plan, slice runs.
 
-The Airflow operators and ``kappa backfill`` both call these (one code path). No Airflow
+:class:`Backfill` is what every step takes. The other steps have their own modules:
+:mod:`~airflow_provider_kappa.backfill.checks` (input checks, before anything is written),
+:mod:`~airflow_provider_kappa.backfill.snapshot` (pin and tag the sources' snapshots, lock the
+targets' window through :mod:`~airflow_provider_kappa.backfill.lock`),
+:mod:`~airflow_provider_kappa.backfill.finish` (validate, gate, publish, summary).
+The Airflow operators and ``kappa backfill`` both call them (one code path). No Airflow
 import here; pyiceberg is imported by the helpers it calls, inside functions.
 
-Credentials: catalog properties are read only to open catalogs in this process and to write
-the 0600 catalogs file of a slice run (:func:`airflow_provider_kappa.backfill.launch.write_catalogs_file`),
-in a private temporary folder removed after the run. Return values (XCom) hold ids, times,
-counts and table names only.
+Credentials: catalog properties (:mod:`~airflow_provider_kappa.backfill.catalogs`) are read only
+to open catalogs in this process and to write the 0600 catalogs file of a slice run
+(:func:`airflow_provider_kappa.backfill.launch.write_catalogs_file`), in a private temporary
+folder removed after the run. Return values (XCom) hold ids, times, counts and table names only.
 """
 
 from __future__ import annotations
@@ -15,43 +20,18 @@ import logging
 import tempfile
 import time
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
+from airflow_provider_kappa.backfill.catalogs import CatalogFor, job_catalogs
 from airflow_provider_kappa.backfill.checkpoints import CheckpointStore, backfill_root
 from airflow_provider_kappa.backfill.config import IcebergSinkConfig, IcebergSourceConfig, JobConfig
-from airflow_provider_kappa.exceptions import KappaSinkError, KappaSourceError, KappaValidationError
+from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.backfill.params import SEQUENTIAL, BackfillParams, backfill_id, parse_params
 from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan, plan_backfill, slice_id
 from airflow_provider_kappa.timeparse import to_micros
 
-if TYPE_CHECKING:
-    from pyiceberg.catalog import Catalog
-
-    from airflow_provider_kappa.backfill.publish import PublishResult
-    from airflow_provider_kappa.backfill.validate import ValidationReport
-
 log = logging.getLogger(__name__)
-
-CatalogFor = Callable[[str], "Catalog"]
-#: Retention of the tag pinning a backfill's source snapshots.
-DEFAULT_TAG_RETENTION = timedelta(days=7)
-
-
-def job_catalogs(cfg: JobConfig) -> CatalogFor:
-    """A loader of the job's catalogs by name: inline properties, or an Airflow connection
-    (``conn_id``) through IcebergHook. Catalogs are cached per process.
-
-    :param cfg: the job config.
-    """
-    from airflow_provider_kappa.backfill.launch import catalog_properties
-    from airflow_provider_kappa.spark.catalog import load_catalog
-
-    def catalog_for(name: str) -> Catalog:
-        return load_catalog(name, catalog_properties(cfg, name))
-
-    return catalog_for
 
 
 @dataclass(frozen=True)
@@ -75,7 +55,8 @@ class Backfill:
 
         :param cfg: the job config.
         :param raw_params: parameters (CLI flags, DAG params).
-        :param catalog_for: catalog loader (default :func:`job_catalogs`).
+        :param catalog_for: catalog loader (default
+            :func:`~airflow_provider_kappa.backfill.catalogs.job_catalogs`).
         :raises KappaConfigError: for any bad parameter.
         """
         params = parse_params(cfg, raw_params)
@@ -110,175 +91,17 @@ class Backfill:
         return [self.staging_table(sink, s.slice_id) for s in plan.slices]
 
 
-# --------------------------------------------------------------------------- snapshot
-
-
-def check_inputs(bf: Backfill, *, runs: bool = True) -> None:
-    """Refuse bad input before anything is written (no lock, no tag, no checkpoint): the source
-    tables read must exist with a timestamp ingestion column (opening them proves the catalogs
-    can be reached); a backfill that runs (``runs``) also needs the job's application file and
-    every sink's target table with a time ``time_column``. ``kappa plan`` checks only sources.
-
-    :param bf: the backfill.
-    :param runs: the backfill will run the job (``kappa backfill``, the DAG's snapshot task).
-    :raises KappaConfigError: a missing application, an unreachable catalog.
-    :raises KappaSourceError: a missing source table or ingestion column.
-    :raises KappaSinkError: a missing target table or ``time_column``.
-    """
-    from airflow_provider_kappa.backfill.config import check_application
-    from airflow_provider_kappa.backfill.plan import check_tables
-
-    if runs:
-        check_application(bf.cfg)
-    check_tables(bf.cfg, bf.params.sources, bf.catalog_for, sinks=runs)
-
-
-def snapshot(bf: Backfill, *, tag: bool = True, retention: timedelta = DEFAULT_TAG_RETENTION) -> dict[str, int]:
-    """Lock the window of every sink's target (a backfill that publishes; see :func:`lock`), then
-    pin the current snapshot of every source table read, and tag it so that snapshot expiry
-    cannot remove it during the backfill. A rerun with the same parameters finds its lock and
-    its tag, and reuses the snapshot it pins (its input does not change).
-
-    :param bf: the backfill.
-    :param tag: lock and create/reuse the tag (``kappa plan`` passes ``False``: it writes nothing).
-    :param retention: ``max-ref-age`` of a new tag, and how long the lock stays live.
-    :returns: concrete source name -> snapshot id.
-    :raises KappaConcurrencyError: another backfill holds an overlapping window of a target;
-        nothing was written.
-    :raises KappaSourceError: a missing table, or a table without any snapshot (no data).
-    """
-    if not (tag and bf.params.publishes):
-        return _pin(bf, tag=tag, retention=retention)
-    _pin(bf, tag=False, retention=retention)  # read only: refuse missing or empty sources before locking
-    taken = lock(bf, retention=retention)
-    try:
-        return _pin(bf, tag=tag, retention=retention)
-    except BaseException:
-        for catalog, table in taken:  # a lock this call took for nothing is given back
-            _release(bf, catalog, table)
-        raise
-
-
-def _pin(bf: Backfill, *, tag: bool, retention: timedelta) -> dict[str, int]:
-    from airflow_provider_kappa.spark.catalog import load_table
-
-    pinned: dict[str, int] = {}
-    by_table: dict[tuple[str, str], int] = {}
-    for src in bf.sources().values():
-        key = (src.catalog, src.table)
-        if key in by_table:
-            pinned[src.name] = by_table[key]
-            continue
-        table = load_table(bf.catalog_for(src.catalog), src.table)
-        ref = table.metadata.refs.get(bf.tag)
-        if tag and ref is not None:
-            snap_id = ref.snapshot_id
-            log.info("source %s: reusing snapshot %s pinned by tag %s of %s", src.name, snap_id, bf.tag, src.table)
-        else:
-            current = table.current_snapshot()
-            if current is None:
-                raise KappaSourceError(
-                    f"source {src.name}: table {src.table!r} has no snapshot (it holds no data); nothing to backfill"
-                )
-            snap_id = current.snapshot_id
-            if tag:
-                _create_tag(table, snap_id, bf.tag, retention)
-                log.info("source %s: pinned snapshot %s of %s with tag %s", src.name, snap_id, src.table, bf.tag)
-        by_table[key] = pinned[src.name] = int(snap_id)
-    return pinned
-
-
-def _create_tag(table: Any, snapshot_id: int, name: str, retention: timedelta) -> None:
-    from pyiceberg.exceptions import CommitFailedException
-
-    try:
-        table.manage_snapshots().create_tag(
-            snapshot_id, name, max_ref_age_ms=int(retention.total_seconds() * 1000)
-        ).commit()
-    except CommitFailedException as e:  # another task created it first: reuse only if identical
-        table.refresh()
-        ref = table.metadata.refs.get(name)
-        if ref is None or ref.snapshot_id != snapshot_id:
-            raise KappaSourceError(f"tag {name!r} of {'.'.join(table.name())!r} could not be created: {e}") from e
-
-
-# --------------------------------------------------------------------------- lock
+# --------------------------------------------------------------------------- lock (see lock.py)
 
 
 def release_command(bf: Backfill) -> str:
     """The ``kappa backfill`` command that releases ``bf``'s lock (shown to backfills it refuses)."""
     import shlex
 
-    p = bf.params.to_dict()
-    argv = [
-        "kappa", "backfill", "--config", str(bf.cfg.path), "--start", p["start"], "--end", p["end"],
-        "--mode", p["mode"], "--slice", p["slice"], "--warmup", p["warmup"], "--tail", p["tail"],
-        "--max-misalignment", p["max_misalignment_threshold"], "--sources", ",".join(p["sources"]), "--release-lock",
-    ]  # fmt: skip
+    from airflow_provider_kappa.backfill.params import to_argv
+
+    argv = ["kappa", "backfill", "--config", str(bf.cfg.path), *to_argv(bf.params, identity_only=True), "--release-lock"]
     return shlex.join(argv)
-
-
-def _targets(bf: Backfill) -> list[tuple[str, str]]:
-    """``(catalog, table)`` of every sink target, each once, in a fixed order (no lock-order deadlock)."""
-    return sorted({(sink.catalog, sink.table) for sink in bf.cfg.sinks.values()})
-
-
-def _load_target(bf: Backfill, catalog: str, table: str) -> Any:
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        return bf.catalog_for(catalog).load_table(table)
-    except NoSuchTableError as e:
-        raise KappaSinkError(
-            f"backfill {bf.id}: target table {table!r} does not exist in catalog {catalog!r}; "
-            "a backfill replaces a window of an existing table"
-        ) from e
-
-
-def lock(bf: Backfill, *, retention: timedelta = DEFAULT_TAG_RETENTION) -> list[tuple[str, str]]:
-    """Lock the window ``[start, end)`` of every sink's target table for ``bf`` (see
-    :mod:`airflow_provider_kappa.backfill.lock`): refused when another backfill holds an overlapping
-    window of one of them; re-taking its own lock (rerun, resume, retry) is allowed.
-
-    :param bf: the backfill.
-    :param retention: how long the lock stays live without being released (then it is stale
-        and may be taken over).
-    :returns: ``(catalog, table)`` of the locks this call newly took.
-    :raises KappaConcurrencyError: naming the holder and its window; locks this call took are
-        given back, so a refused backfill leaves nothing behind.
-    """
-    from airflow_provider_kappa.backfill.lock import take_lock
-
-    taken: list[tuple[str, str]] = []
-    try:
-        for catalog, table in _targets(bf):
-            _, held = take_lock(
-                _load_target(bf, catalog, table), bf.id, bf.cfg.job.name, bf.params.start, bf.params.end,
-                retention=retention, release=release_command(bf),
-            )  # fmt: skip
-            if not held:
-                taken.append((catalog, table))
-    except BaseException:
-        for catalog, table in taken:
-            _release(bf, catalog, table)
-        raise
-    return taken
-
-
-def _release(bf: Backfill, catalog: str, table: str) -> bool:
-    from airflow_provider_kappa.backfill.lock import release_lock
-
-    return release_lock(_load_target(bf, catalog, table), bf.id)
-
-
-def release(bf: Backfill) -> list[str]:
-    """Release ``bf``'s lock on every sink target (publish does it; ``kappa backfill --release-lock``
-    does it for an abandoned backfill). Idempotent.
-
-    :param bf: the backfill.
-    :returns: the tables whose lock was removed.
-    """
-    return [table for catalog, table in _targets(bf) if _release(bf, catalog, table)]
 
 
 # --------------------------------------------------------------------------- plan
@@ -291,14 +114,14 @@ def spans_loader(bf: Backfill, snapshot_ids: Mapping[str, int]) -> Callable[[str
     :param snapshot_ids: concrete source name -> pinned snapshot id.
     """
     from airflow_provider_kappa.spark.catalog import load_table
-    from airflow_provider_kappa.spark.scan_plan import plan_files
+    from airflow_provider_kappa.spark.source.manifests import file_spans
 
     concrete = {src.name: src for src in bf.sources().values()}
 
     def spans_of(name: str, start: int | None, end: int | None) -> list[Any]:
         src = concrete[name]
         table = load_table(bf.catalog_for(src.catalog), src.table)
-        return plan_files(table, snapshot_ids.get(name), src.ingestion_column, start, end)
+        return file_spans(table, snapshot_ids.get(name), src.ingestion_column, start, end)
 
     return spans_of
 
@@ -307,7 +130,7 @@ def plan(bf: Backfill, snapshot_ids: Mapping[str, int]) -> BackfillPlan:
     """Cut the backfill into slices and estimate each from manifests (see :mod:`.planner`).
 
     :param bf: the backfill.
-    :param snapshot_ids: from :func:`snapshot`.
+    :param snapshot_ids: from :func:`~airflow_provider_kappa.backfill.snapshot.snapshot`.
     """
     sources = {name: src.name for name, src in bf.sources().items()}
     missing = sorted(set(sources.values()) - set(snapshot_ids))
@@ -383,7 +206,7 @@ def run_slice(
     )
     if slice_is_empty(sp):
         return _skip_slice(bf, sp, store, nxt)
-    run = replace(run, plan_files=write_source_plans(bf, sp))
+    run = replace(run, file_lists=write_file_lists(bf, sp))
     catalogs = sorted({s.catalog for s in bf.sources().values()} | {k.catalog for k in bf.cfg.sinks.values()})
     log.info(
         "slice %s (%d/%d, %s): reads [%s, %s), owns [%s, %s), checkpoint %s, staging %s",
@@ -420,16 +243,16 @@ def run_slice(
     return result
 
 
-def write_source_plans(bf: Backfill, sp: SlicePlan) -> dict[str, str]:
-    """Write the scan plan of each source for ``sp``'s read range next to the backfill's
+def write_file_lists(bf: Backfill, sp: SlicePlan) -> dict[str, str]:
+    """Write the file list of each source for ``sp``'s read range next to the backfill's
     checkpoints, so the slice's readers need no catalog, manifest or pyiceberg import on the
-    driver (see :mod:`airflow_provider_kappa.spark.source_plan`).
+    driver (see :mod:`airflow_provider_kappa.spark.source.file_list`).
 
-    :returns: concrete source name -> plan file; a source whose table's FileIO has properties
+    :returns: concrete source name -> file list path; a source whose table's FileIO has properties
         the catalog does not give (vended credentials) is left out and planned by its reader.
     """
-    from airflow_provider_kappa.backfill.launch import catalog_properties
-    from airflow_provider_kappa.spark import source_plan
+    from airflow_provider_kappa.backfill.catalogs import catalog_properties
+    from airflow_provider_kappa.spark.source import file_list
     from airflow_provider_kappa.spark.catalog import load_table
 
     store = bf.store()
@@ -440,11 +263,11 @@ def write_source_plans(bf: Backfill, sp: SlicePlan) -> dict[str, str]:
         if snapshot_id is None:
             continue
         table = load_table(bf.catalog_for(src.catalog), src.table)
-        if not source_plan.plannable(table, catalog_properties(bf.cfg, src.catalog)):
+        if not file_list.listable(table, catalog_properties(bf.cfg, src.catalog)):
             log.info("source %s: its table's FileIO has properties of its own; the reader plans it", src.name)
             continue
-        plan = source_plan.build(table, snapshot_id, src.ingestion_column, start, end)
-        out[src.name] = source_plan.write(store.plan_file(sp.slice_id, src.name), plan)
+        files = file_list.build(table, snapshot_id, src.ingestion_column, start, end)
+        out[src.name] = file_list.write(store.plan_file(sp.slice_id, src.name), files)
     return out
 
 
@@ -474,127 +297,3 @@ def _skip_slice(bf: Backfill, sp: SlicePlan, store: CheckpointStore, nxt: str | 
         sp.slice_id, sp.index + 1, sp.count, sp.mode, sp.read_start.isoformat(), sp.read_end.isoformat(),
     )  # fmt: skip
     return result
-
-
-# --------------------------------------------------------------------------- validate / publish
-
-
-def validate(bf: Backfill, plan: BackfillPlan) -> dict[str, ValidationReport]:
-    """Compare every sink's staged rows with its target's current rows over the window.
-
-    :param bf: the backfill.
-    :param plan: the plan whose slices staged the rows.
-    :returns: sink name -> report.
-    """
-    from airflow_provider_kappa.backfill.validate import validate_window
-
-    return {
-        name: validate_window(
-            bf.catalog_for(sink.catalog),
-            sink.table,
-            bf.staging_tables(sink, plan),
-            sink.time_column,
-            bf.params.start,
-            bf.params.end,
-        )
-        for name, sink in bf.cfg.sinks.items()
-    }
-
-
-def check_gate(bf: Backfill, reports: Mapping[str, ValidationReport]) -> None:
-    """Refuse to go on when a sink's match rate is below ``min_match``, or when a publish would
-    replace a non-empty window of the target with nothing (say so rather than silently empty it).
-
-    :param bf: the backfill.
-    :param reports: from :func:`validate`.
-    :raises KappaValidationError: naming the sink and the numbers.
-    """
-    from airflow_provider_kappa.backfill.validate import check_min_match
-
-    for name, report in reports.items():
-        if bf.params.min_match > 0:
-            check_min_match(report, bf.params.min_match)
-        if report.staged_rows == 0 and report.target_rows > 0:
-            raise KappaValidationError(
-                f"sink {name}: the backfill staged no rows for [{report.window_start}, {report.window_end}) but "
-                f"{report.target_table} holds {report.target_rows} there; refusing to replace the window with nothing "
-                "(check the window and the source data)"
-            )
-
-
-def publish(bf: Backfill, plan: BackfillPlan) -> dict[str, PublishResult]:
-    """Replace every sink's window with its staged rows, one atomic Iceberg commit per sink, then
-    release the backfill's lock on the targets.
-
-    Before its commit, each target is checked to hold no other backfill's live lock over an
-    overlapping window: two backfills never interleave their publishes.
-
-    :param bf: the backfill.
-    :param plan: the plan whose slices staged the rows.
-    :returns: sink name -> result.
-    :raises KappaConcurrencyError: another backfill holds an overlapping window of a target.
-    """
-    from airflow_provider_kappa.backfill.lock import check_lock
-    from airflow_provider_kappa.backfill.publish import publish_window
-
-    for catalog, table in _targets(bf):
-        check_lock(_load_target(bf, catalog, table), bf.id, bf.params.start, bf.params.end)
-    results = {}
-    for name, sink in bf.cfg.sinks.items():
-        results[name] = publish_window(
-            bf.catalog_for(sink.catalog),
-            sink.table,
-            bf.staging_tables(sink, plan),
-            sink.time_column,
-            bf.params.start,
-            bf.params.end,
-            snapshot_properties={"kappa.backfill-id": bf.id},
-        )
-        log.info("sink %s: published %s", name, results[name])
-    released = release(bf)
-    if released:
-        log.info("backfill %s: released its lock on %s", bf.id, released)
-    return results
-
-
-def summary(
-    bf: Backfill,
-    plan: BackfillPlan,
-    slice_results: Sequence[Mapping[str, Any]],
-    reports: Mapping[str, Mapping[str, Any]] | None = None,
-    published: Mapping[str, Mapping[str, Any]] | None = None,
-) -> str:
-    """A few lines summing up a backfill: slices, rows, throughput, match rate, publish.
-
-    :param bf: the backfill.
-    :param plan: its plan.
-    :param slice_results: metrics of every slice run (:func:`run_slice` results).
-    :param reports: sink -> validation report as a dict (``ValidationReport.to_dict``).
-    :param published: sink -> publish result as a dict.
-    """
-    rows = sum(int(r.get("rows_read", 0)) for r in slice_results)
-    batches = sum(int(r.get("batches", 0)) for r in slice_results)
-    seconds = sum(float(r.get("seconds", 0.0)) for r in slice_results)
-    p = bf.params
-    lines = [
-        f"backfill {bf.id} of job {bf.cfg.job.name}: window [{p.start.isoformat()}, {p.end.isoformat()}), "
-        f"mode {p.mode}, slice {p.to_dict()['slice']}",
-        f"  slices run {len(slice_results)}/{len(plan.slices)}, rows read {rows}, micro-batches {batches}, "
-        f"spark time {seconds:.1f}s, throughput {rows / seconds if seconds else 0.0:.0f} rows/s",
-    ]
-    for name, rep in (reports or {}).items():
-        lines.append(
-            f"  sink {name}: match rate {float(rep['match_rate']):.3f}% (staged {rep['staged_rows']}, "
-            f"target {rep['target_rows']}, matched {rep['matched_rows']})"
-        )
-    if published:
-        for name, res in published.items():
-            lines.append(
-                f"  sink {name}: published snapshot {res.get('snapshot_id')}: {res.get('rows_deleted')} rows replaced "
-                f"by {res.get('rows_added')} ({res.get('attempts')} commit attempt(s))"
-            )
-    elif p.dry_run:
-        lines.append("  dry run: nothing published; staged rows kept for inspection")
-    elif not p.publish:
-        lines.append("  publish off: nothing published; staged rows kept")
-    return "\n".join(lines)

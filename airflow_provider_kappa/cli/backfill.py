@@ -1,7 +1,8 @@
 """``kappa backfill --config kappa.yaml --start T --end T [backfill options]``: snapshot, plan,
 run every slice, validate and publish, without an Airflow deployment.
 
-The same functions as the Airflow operators (:mod:`airflow_provider_kappa.backfill.steps`). Slices
+The same functions as the Airflow operators (:mod:`airflow_provider_kappa.backfill.steps` and its
+siblings snapshot, lock, finish). Slices
 run one after the other (``parallel`` slices are independent, so any order gives the same
 result); each slice's spark-submit output goes to a log file, not the terminal. Exits 0 on
 success (published, or validated for ``--dry-run`` / ``--no-publish``, or ``--release-lock``
@@ -89,20 +90,24 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from airflow_provider_kappa.backfill import steps as backfill
+    from airflow_provider_kappa.backfill.finish import check_gate, publish, summary, validate
+    from airflow_provider_kappa.backfill.lock import release
+    from airflow_provider_kappa.backfill.snapshot import snapshot
+    from airflow_provider_kappa.backfill.steps import plan as plan_slices
+    from airflow_provider_kappa.backfill.steps import run_slice
     from airflow_provider_kappa.exceptions import KappaValidationError
 
     console = Console()
     logging.getLogger(_STEPS_LOGGER).setLevel(logging.WARNING)  # the terminal gets this command's own output
     bf = load_backfill(args)
     if args.release_lock:
-        released = backfill.release(bf)
+        released = release(bf)
         console.print(f"backfill {bf.id}: lock released on {released}" if released else f"backfill {bf.id}: held no lock")
         return 0
     print_header(console, bf)
-    snapshot_ids = backfill.snapshot(bf)
+    snapshot_ids = snapshot(bf)
     console.print(f"  pinned snapshots {snapshot_ids} (tag {bf.tag})")
-    plan = backfill.plan(bf, snapshot_ids)
+    plan = plan_slices(bf, snapshot_ids)
     console.print(plan_table(plan))
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {w}")
@@ -123,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             log_path = logs / f"{sp.slice_id}.log"
             try:
                 with slice_log(log_path):
-                    result = backfill.run_slice(bf, sp, spark_conn_id=args.spark_conn_id)
+                    result = run_slice(bf, sp, spark_conn_id=args.spark_conn_id)
             except Exception as e:  # a failed spark-submit (AirflowException) or I/O: report, keep the log
                 progress.console.print(f"[red]slice {sp.slice_id} failed:[/] {type(e).__name__}: {e}")
                 progress.console.print(f"  spark-submit output: {log_path}")
@@ -139,18 +144,18 @@ def run(args: argparse.Namespace) -> int:
                 f"watermark {result['watermark'] or '-'}, {result['seconds']:.1f}s  (log {log_path})"
             )
             progress.advance(task)
-    reports = backfill.validate(bf, plan)
+    reports = validate(bf, plan)
     for report in reports.values():
         console.print(report.to_text())
     report_dicts = {name: r.to_dict() for name, r in reports.items()}
     try:
-        backfill.check_gate(bf, reports)
+        check_gate(bf, reports)
     except KappaValidationError as e:
         console.print(f"[red]not published:[/] {e}")
-        console.print(backfill.summary(bf, plan, results, report_dicts))
+        console.print(summary(bf, plan, results, report_dicts))
         return 1
     published = None
     if bf.params.publishes:
-        published = {name: asdict(r) for name, r in backfill.publish(bf, plan).items()}
-    console.print(backfill.summary(bf, plan, results, report_dicts, published))
+        published = {name: asdict(r) for name, r in publish(bf, plan).items()}
+    console.print(summary(bf, plan, results, report_dicts, published))
     return 0

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_kappa.backfill.params import CLI_PARAMS
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
@@ -18,44 +20,36 @@ if TYPE_CHECKING:
 
 
 def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``kappa plan`` and ``kappa backfill`` (DESIGN.md "Command line").
+    """The flags of ``kappa plan`` and ``kappa backfill`` (DESIGN.md "Command line"): ``--config``
+    and one flag per row of :data:`airflow_provider_kappa.backfill.params.PARAMS`, in CLI order.
 
     Unset options take the job's ``backfill:`` defaults (see :func:`airflow_provider_kappa.backfill.params.parse_params`).
     """
     parser.add_argument("--config", required=True, help="path to the job's kappa.yaml")
-    parser.add_argument("--start", required=True, help="window start, ISO-8601 with an offset (inclusive)")
-    parser.add_argument("--end", required=True, help="window end, ISO-8601 with an offset (exclusive)")
-    parser.add_argument("--mode", choices=["sequential", "parallel"], help="slice mode (default: the job's, else sequential)")
-    parser.add_argument("--slice", help="slice length, e.g. 1h (slices align to multiples of it)")
-    parser.add_argument("--warmup", help="ingestion time read before start, e.g. 30min (0s allowed)")
-    parser.add_argument("--tail", help="ingestion time read after end, e.g. 15min (default: the threshold)")
-    parser.add_argument(
-        "--max-misalignment", dest="max_misalignment_threshold", help="ingestion time one micro-batch may advance, e.g. 15min"
-    )
-    parser.add_argument("--sources", help="comma-separated job sources to backfill (default: all)")
-    parser.add_argument("--dry-run", action="store_true", help="write nothing outside staging")
-    parser.add_argument("--no-publish", dest="publish", action="store_false", help="stage and validate, do not publish")
-    parser.add_argument("--min-match", dest="min_match", help="minimum match rate in percent to publish, e.g. 99.9")
+    for p in CLI_PARAMS:
+        if p.kind == "bool":
+            action = "store_false" if p.flag.startswith("--no-") else "store_true"
+            parser.add_argument(p.flag, dest=p.name, action=action, help=p.cli_help())
+        elif p.kind == "enum":
+            parser.add_argument(p.flag, dest=p.name, choices=list(p.choices), help=p.cli_help())
+        else:
+            parser.add_argument(p.flag, dest=p.name, required=p.required, help=p.cli_help())
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The raw backfill parameters given on the command line (unset ones left out)."""
-    raw: dict[str, Any] = {"start": args.start, "end": args.end, "dry_run": args.dry_run, "publish": args.publish}
-    for key in ("mode", "slice", "warmup", "tail", "max_misalignment_threshold", "sources", "min_match"):
-        value = getattr(args, key, None)
-        if value is not None:
-            raw[key] = value
-    return raw
+    return {p.name: getattr(args, p.name) for p in CLI_PARAMS if getattr(args, p.name, None) is not None}
 
 
 def load_backfill(args: argparse.Namespace) -> Backfill:
     """Load the config, validate the flags, and check (reading only) the tables, so bad input is
-    refused before anything is written (:func:`airflow_provider_kappa.backfill.steps.check_inputs`):
+    refused before anything is written (:func:`airflow_provider_kappa.backfill.checks.check_inputs`):
     ``kappa plan`` checks the source tables it reads; ``kappa backfill`` also the sinks' target
     tables and the job's application.
     """
-    from airflow_provider_kappa.backfill.steps import Backfill, check_inputs
+    from airflow_provider_kappa.backfill.checks import check_inputs
     from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.backfill.steps import Backfill
 
     bf = Backfill.create(load_config(args.config), params_from_args(args))
     check_inputs(bf, runs=getattr(args, "verb", "backfill") != "plan")
@@ -115,14 +109,15 @@ def run(args: argparse.Namespace) -> int:
     """Print the slice table of a backfill at the sources' current snapshots."""
     from rich.console import Console
 
-    from airflow_provider_kappa.backfill import steps as backfill
+    from airflow_provider_kappa.backfill.snapshot import snapshot
+    from airflow_provider_kappa.backfill.steps import plan as plan_slices
 
     console = Console()
     bf = load_backfill(args)
     print_header(console, bf)
-    snapshot_ids = backfill.snapshot(bf, tag=False)
+    snapshot_ids = snapshot(bf, tag=False)
     console.print("  snapshots " + ", ".join(f"{k}={v}" for k, v in snapshot_ids.items()))
-    plan = backfill.plan(bf, snapshot_ids)
+    plan = plan_slices(bf, snapshot_ids)
     console.print(plan_table(plan))
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {w}")

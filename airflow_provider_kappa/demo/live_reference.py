@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 
 from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig, load_config
 from airflow_provider_kappa.exceptions import KappaConfigError
-from airflow_provider_kappa.backfill.launch import _source_keys, live_conf, write_catalogs_file
+from airflow_provider_kappa.backfill.launch import live_conf, source_conf, write_catalogs_file
 from airflow_provider_kappa.spark.settings import AVAILABLE_NOW, PREFIX
 from airflow_provider_kappa.backfill.submit import submit
 
@@ -100,7 +100,7 @@ def reference_conf(
             assert isinstance(src, IcebergSourceConfig)
             key = f"{PREFIX}source.{name}."
             conf = {k: v for k, v in conf.items() if not k.startswith(key)}
-            conf.update(_source_keys(name, src, src.name))
+            conf.update(source_conf(name, src, src.name))
         conf[f"{PREFIX}source.{name}.option.max_files_per_batch"] = str(files_per_batch)
     return conf
 
@@ -165,10 +165,9 @@ def run_live_reference(
 
 
 def _catalog(cfg: JobConfig, name: str) -> Catalog:
-    from airflow_provider_kappa.backfill.launch import catalog_properties
-    from airflow_provider_kappa.spark.catalog import load_catalog
+    from airflow_provider_kappa.backfill.catalogs import load_catalog
 
-    return load_catalog(name, catalog_properties(cfg, name))
+    return load_catalog(cfg, name)
 
 
 def _drop_targets(cfg: JobConfig) -> None:

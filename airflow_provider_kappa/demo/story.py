@@ -592,21 +592,14 @@ def _slice_progress(config: Path, conf: dict[str, Any]) -> dict[str, list[dict[s
     from airflow_provider_kappa.backfill.steps import Backfill
     from airflow_provider_kappa.backfill.config import load_config
 
-    bf = Backfill.create(load_config(config), conf)
-    folder = Path(bf.store().root.removeprefix("file://")) / "progress"
-    return {
-        p.stem: [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-        for p in sorted(folder.glob("*.jsonl"))
-    }
+    return Backfill.create(load_config(config), conf).store().progress()
 
 
 def _slice_metrics(config: Path, conf: dict[str, Any]) -> list[dict[str, Any]]:
     from airflow_provider_kappa.backfill.steps import Backfill
     from airflow_provider_kappa.backfill.config import load_config
 
-    bf = Backfill.create(load_config(config), conf)
-    done = Path(bf.store().root.removeprefix("file://")) / "done"
-    return [json.loads(p.read_text()) for p in sorted(done.glob("*.json"))]
+    return Backfill.create(load_config(config), conf).store().done_all()
 
 
 def _slice_stats(config: Path, conf: dict[str, Any], label: str) -> list[SliceStat]:

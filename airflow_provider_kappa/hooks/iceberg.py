@@ -1,70 +1,48 @@
-"""The Iceberg catalogs of a job, for Airflow tasks.
+"""An Iceberg catalog from an Airflow connection, for a kappa.yaml catalog given as ``{conn_id: ...}``.
 
-A catalog of kappa.yaml is either inline pyiceberg properties or ``{conn_id: ...}``: an
-Airflow connection read through the Iceberg provider's ``IcebergHook``. Properties are used
-in this process and written only to a slice run's 0600 catalogs file; this hook never logs
-them and never returns them through XCom.
+A thin hook over the Iceberg provider's ``IcebergHook``: it reads the connection into pyiceberg
+properties, and opens the catalog under the name kappa.yaml gives it (pyiceberg's SqlCatalog
+keys its tables by that name; IcebergHook would name it after the connection). The backfill
+steps use it through :mod:`airflow_provider_kappa.backfill.catalogs`; it knows nothing of them.
+
+Properties (credentials included) are returned to the caller only: this hook never logs them,
+and they never go to XCom.
 """
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_kappa.backfill.config import JobConfig, load_config
-
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
-    from pyiceberg.table import Table
-
-    from airflow_provider_kappa.backfill.steps import CatalogFor
 
 
 class KappaIcebergHook(BaseHook):
-    """Opens the catalogs and tables a kappa.yaml names.
+    """The pyiceberg catalog of an Airflow Iceberg connection, opened under a kappa.yaml name.
 
-    :param config_path: path of the job's kappa.yaml (or pass ``config``).
-    :param config: an already loaded job config.
+    :param iceberg_conn_id: the Airflow connection (type ``iceberg``), read through IcebergHook.
+    :param catalog_name: the catalog's name under kappa.yaml's ``catalogs:`` (default: the
+        connection id).
     """
 
-    hook_name = "Kappa Iceberg catalogs"
+    hook_name = "Kappa Iceberg catalog"
 
-    def __init__(self, config_path: str | None = None, *, config: JobConfig | None = None, **kwargs: Any) -> None:
+    def __init__(self, iceberg_conn_id: str = "iceberg_default", catalog_name: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if config is None and config_path is None:
-            raise ValueError("KappaIcebergHook: give config_path (a kappa.yaml) or config")
-        self.config_path = config_path
-        self._config = config
+        self.iceberg_conn_id = iceberg_conn_id
+        self.catalog_name = catalog_name or iceberg_conn_id
 
-    @cached_property
-    def config(self) -> JobConfig:
-        """The job config."""
-        if self._config is not None:
-            return self._config
-        assert self.config_path is not None
-        return load_config(self.config_path)
+    def catalog_properties(self) -> dict[str, str]:
+        """The connection's pyiceberg catalog properties (as the catalog IcebergHook opens has them)."""
+        from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-    def get_conn(self) -> CatalogFor:
-        """A loader of the job's catalogs by name (cached per process)."""
-        from airflow_provider_kappa.backfill.steps import job_catalogs
+        catalog = IcebergHook(iceberg_conn_id=self.iceberg_conn_id).catalog
+        return {k: str(v) for k, v in catalog.properties.items()}
 
-        return job_catalogs(self.config)
+    def get_conn(self) -> Catalog:
+        """The catalog, named ``catalog_name`` (cached per process by its properties)."""
+        from airflow_provider_kappa.spark.catalog import load_catalog
 
-    def catalog(self, name: str) -> Catalog:
-        """The pyiceberg catalog called ``name`` in ``catalogs:``.
-
-        :param name: a catalog name.
-        """
-        return self.get_conn()(name)
-
-    def table(self, catalog: str, identifier: str) -> Table:
-        """Load table ``identifier`` of catalog ``catalog``, or raise naming both.
-
-        :param catalog: a catalog name.
-        :param identifier: ``namespace.table``.
-        """
-        from airflow_provider_kappa.spark.catalog import load_table
-
-        return load_table(self.catalog(catalog), identifier)
+        return load_catalog(self.catalog_name, self.catalog_properties())

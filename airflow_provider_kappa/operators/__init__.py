@@ -1,7 +1,7 @@
 """Airflow operators of a Kappa backfill: snapshot, plan, slice run, validate, publish.
 
-Each is a thin shell over :mod:`airflow_provider_kappa.backfill.steps` (the code path ``kappa backfill``
-runs too). Parameters come from the DAG run's Params unless ``backfill_params`` is given;
+Each is a thin shell over the backfill steps (:mod:`airflow_provider_kappa.backfill.checks`,
+``.snapshot``, ``.steps``, ``.finish``: the code path ``kappa backfill`` runs too). Parameters come from the DAG run's Params unless ``backfill_params`` is given;
 ``template_fields`` are assigned verbatim in ``__init__`` and validated in ``execute``.
 Bad input (parameters, config, a window outside the data, a failed validation) fails the task
 without retries (``AirflowFailException``); other errors (Spark, catalog I/O) are retried.
@@ -81,15 +81,14 @@ class KappaBackfillBaseOperator(BaseOperator):
 
     def load_backfill(self, context: Context) -> Backfill:
         """Load the config and validate the parameters (fails fast on bad input)."""
-        from airflow_provider_kappa.backfill.steps import Backfill
         from airflow_provider_kappa.backfill.config import load_config
-        from airflow_provider_kappa.hooks.iceberg import KappaIcebergHook
+        from airflow_provider_kappa.backfill.steps import Backfill
 
         if not isinstance(self.config_path, str) or not self.config_path:
             raise AirflowFailException(f"{self.task_id}: config_path must be the path of a kappa.yaml, got {self.config_path!r}")
         with fail_fast(f"{self.task_id}: backfill parameters"):
             cfg = load_config(self.config_path)
-            return Backfill.create(cfg, self.raw_params(context), KappaIcebergHook(config=cfg).get_conn())
+            return Backfill.create(cfg, self.raw_params(context))
 
     @staticmethod
     def load_plan(value: Any, bf: Backfill, what: str) -> BackfillPlan:

@@ -36,7 +36,7 @@ class KappaPlanOperator(KappaBackfillBaseOperator):
         self.snapshot = snapshot
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        from airflow_provider_kappa.backfill import steps as backfill
+        from airflow_provider_kappa.backfill.steps import plan as plan_slices
 
         bf = self.load_backfill(context)
         if not isinstance(self.snapshot, Mapping) or not isinstance(self.snapshot.get("snapshot_ids"), Mapping):
@@ -50,7 +50,7 @@ class KappaPlanOperator(KappaBackfillBaseOperator):
                 f"give {bf.id!r}"
             )
         with fail_fast(f"{self.task_id}: plan"):
-            plan = backfill.plan(bf, {str(k): int(v) for k, v in self.snapshot["snapshot_ids"].items()})
+            plan = plan_slices(bf, {str(k): int(v) for k, v in self.snapshot["snapshot_ids"].items()})
         self.log.info("%s", plan.to_text())
         for s in plan.slices:
             for w in s.warnings:

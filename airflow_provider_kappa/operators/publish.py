@@ -33,7 +33,7 @@ class KappaPublishOperator(KappaBackfillBaseOperator):
         self.report = report
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa.backfill import steps as backfill
+        from airflow_provider_kappa.backfill.finish import publish, summary
 
         bf = self.load_backfill(context)
         plan = self.load_plan(self.plan, bf, self.task_id)
@@ -45,13 +45,13 @@ class KappaPublishOperator(KappaBackfillBaseOperator):
         store = bf.store()
         slice_results = [r for r in (store.done(s.slice_id) for s in plan.slices) if r is not None]
         if not bf.params.publishes:
-            self.log.info("%s", backfill.summary(bf, plan, slice_results, self.report))
+            self.log.info("%s", summary(bf, plan, slice_results, self.report))
             reason = "dry_run is on" if bf.params.dry_run else "publish is off"
             raise AirflowSkipException(f"nothing published: {reason}; staged rows are kept")
         if len(slice_results) != len(plan.slices):
             missing = [s.slice_id for s in plan.slices if store.done(s.slice_id) is None]
             raise AirflowFailException(f"{self.task_id}: slice(s) {missing} have not completed; refusing to publish")
         with fail_fast(f"{self.task_id}: publish"):
-            results = {name: asdict(r) for name, r in backfill.publish(bf, plan).items()}
-        self.log.info("%s", backfill.summary(bf, plan, slice_results, self.report, results))
+            results = {name: asdict(r) for name, r in publish(bf, plan).items()}
+        self.log.info("%s", summary(bf, plan, slice_results, self.report, results))
         return results

@@ -56,8 +56,8 @@ class KappaSliceRunOperator(KappaBackfillBaseOperator):
         self.wait_interval = wait_interval
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa.backfill import steps as backfill
         from airflow_provider_kappa.backfill.plan import SlicePlan
+        from airflow_provider_kappa.backfill.steps import run_slice, slice_ready
 
         bf = self.load_backfill(context)
         if not isinstance(self.slice_plan, Mapping):
@@ -65,12 +65,12 @@ class KappaSliceRunOperator(KappaBackfillBaseOperator):
         with fail_fast(f"{self.task_id}: slice"):
             sp = SlicePlan.from_dict(self.slice_plan)
         context["kappa_slice"] = sp.label  # type: ignore[typeddict-unknown-key]  # for map_index_template
-        if not backfill.slice_ready(bf, sp):
+        if not slice_ready(bf, sp):
             self._wait_for_previous(context, sp)
         for s in sp.stats:
             self.log.info("slice %s plans %s: %d files, ~%d rows, ~%d bytes", sp.slice_id, s.source, s.files, s.rows, s.bytes)
         with fail_fast(f"{self.task_id}: slice {sp.slice_id}"):
-            result = backfill.run_slice(bf, sp, spark_conn_id=self.spark_conn_id)
+            result = run_slice(bf, sp, spark_conn_id=self.spark_conn_id)
         self.log.info(
             "slice %s (%d/%d) done: rows read %s, rows to sink %s, micro-batches %s, watermark %s, duration %.1fs",
             sp.slice_id, sp.index + 1, sp.count, result["rows_read"], result["rows_written"], result["batches"],

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 class KappaSnapshotOperator(KappaBackfillBaseOperator):
     """First task of a backfill: checks every parameter (the checks a Params schema cannot make,
     such as ``end`` after ``start``, fail here before any Spark run), checks the tables and the
-    application (:func:`~airflow_provider_kappa.backfill.steps.check_inputs`), locks the targets' window, then pins the current
+    application (:func:`~airflow_provider_kappa.backfill.checks.check_inputs`), locks the targets' window, then pins the current
     snapshot of each source table with the Iceberg tag ``kappa-<backfill_id>`` so that expiry
     cannot remove it. A rerun with the same parameters reuses the tag's snapshot.
 
@@ -31,16 +31,17 @@ class KappaSnapshotOperator(KappaBackfillBaseOperator):
         self.tag_retention = tag_retention
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa.backfill import steps as backfill
+        from airflow_provider_kappa.backfill.checks import check_inputs
+        from airflow_provider_kappa.backfill.snapshot import snapshot
         from airflow_provider_kappa.timeparse import parse_duration
 
         bf = self.load_backfill(context)
         with fail_fast(f"{self.task_id}: inputs", PERMANENT_INPUT):
-            backfill.check_inputs(bf)
+            check_inputs(bf)
         with fail_fast(f"{self.task_id}: snapshot"):
             retention = parse_duration(self.tag_retention, "tag_retention")
             self.log.info("backfill %s: parameters %s", bf.id, bf.params.to_dict())
-            snapshot_ids = backfill.snapshot(bf, retention=retention)
+            snapshot_ids = snapshot(bf, retention=retention)
         for name, snap in snapshot_ids.items():
             self.log.info("source %s: snapshot %s pinned by tag %s", name, snap, bf.tag)
         return {"backfill_id": bf.id, "tag": bf.tag, "snapshot_ids": snapshot_ids, "params": bf.params.to_dict()}

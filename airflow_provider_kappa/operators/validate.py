@@ -29,13 +29,13 @@ class KappaValidateOperator(KappaBackfillBaseOperator):
         self.plan = plan
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa.backfill import steps as backfill
+        from airflow_provider_kappa.backfill.finish import check_gate, validate
 
         bf = self.load_backfill(context)
         plan = self.load_plan(self.plan, bf, self.task_id)
         with fail_fast(f"{self.task_id}: validate"):
-            reports = backfill.validate(bf, plan)
+            reports = validate(bf, plan)
             for name, report in reports.items():
                 self.log.info("sink %s:\n%s", name, report.to_text())
-            backfill.check_gate(bf, reports)
+            check_gate(bf, reports)
         return {name: report.to_dict() for name, report in reports.items()}

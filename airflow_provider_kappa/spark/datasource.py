@@ -16,16 +16,16 @@ class KappaIcebergDataSource(DataSource):
         return SHORT_NAME
 
     def schema(self) -> StructType:
-        from airflow_provider_kappa.spark.iceberg_source import table_spark_schema
+        from airflow_provider_kappa.spark.source.tables import table_spark_schema
 
         return table_spark_schema(self.options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from airflow_provider_kappa.spark.iceberg_source import KappaIcebergStreamReader
+        from airflow_provider_kappa.spark.source.reader import KappaIcebergStreamReader
 
         return KappaIcebergStreamReader(schema, self.options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from airflow_provider_kappa.spark.iceberg_sink import KappaIcebergStreamWriter
+        from airflow_provider_kappa.spark.sink import KappaIcebergStreamWriter
 
         return KappaIcebergStreamWriter(schema, self.options, overwrite)

@@ -13,7 +13,6 @@ from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.datasource import SHORT_NAME, KappaIcebergDataSource
 from airflow_provider_kappa.spark.settings import (
     AVAILABLE_NOW,
-    BACKFILL,
     PREFIX,
     IcebergSourceSettings,
     KafkaSourceSettings,
@@ -21,7 +20,7 @@ from airflow_provider_kappa.spark.settings import (
     SinkSettings,
     load_settings,
 )
-from airflow_provider_kappa.timeparse import format_duration, to_micros
+from airflow_provider_kappa.timeparse import to_micros
 
 
 def settings_of(spark: SparkSession) -> RunSettings:
@@ -50,42 +49,14 @@ def catalog_options(settings: RunSettings, catalog: str) -> dict[str, str]:
 
 
 def iceberg_source_options(settings: RunSettings, src: IcebergSourceSettings) -> dict[str, str]:
-    """Options of the ``kappa_iceberg`` reader for ``src`` under ``settings``.
+    """Options of the ``kappa_iceberg`` reader for ``src`` under ``settings``: its read
+    (:meth:`~airflow_provider_kappa.spark.source.options.IcebergReadSpec.to_options`) and where
+    its catalog is.
 
     Credentials are never put in options: the reader gets the catalogs file's path
-    (see :func:`catalog_options`), so they stay out of plans and logs.
+    (see :func:`catalog_options`), so they stay out of Spark query plans and logs.
     """
-    opts: dict[str, str] = {
-        **src.options,  # extra reader options (spark.kappa.source.<src>.option.*); never override these:
-        "catalog": src.catalog,
-        "table": src.table,
-        "ingestion_column": src.ingestion_column,
-        "mode": "bounded" if settings.mode == BACKFILL else "tail",
-        **catalog_options(settings, src.catalog),
-    }
-    if settings.mode == BACKFILL:
-        assert settings.read_start is not None and settings.read_end is not None
-        opts["read_start_micros"] = str(to_micros(settings.read_start))
-        opts["read_end_micros"] = str(to_micros(settings.read_end))
-        if src.snapshot_id is not None:
-            opts["snapshot_id"] = str(src.snapshot_id)
-        if src.plan_file is not None:
-            opts["plan_file"] = src.plan_file
-        if settings.max_misalignment_threshold is not None:
-            opts["max_misalignment_threshold"] = format_duration(settings.max_misalignment_threshold)
-        opts["align_with"] = json.dumps(
-            [
-                {
-                    "catalog": s.catalog,
-                    "table": s.table,
-                    "ingestion_column": s.ingestion_column,
-                    "snapshot_id": s.snapshot_id,
-                    "plan_file": s.plan_file,
-                }
-                for s in settings.aligned_sources()
-            ]
-        )
-    return opts
+    return {**src.to_options(), **catalog_options(settings, src.catalog)}
 
 
 def kafka_source_options(src: KafkaSourceSettings) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 A launcher (``kappa run``/``kappa backfill``, the Airflow slice operator, or any
 spark-submit) writes these keys; :func:`read_source` and :func:`write_sink` read them
-back through :func:`load_settings`. Pure Python: no pyspark import here.
+back through :func:`load_settings`. Pure Python: no pyspark import here. An iceberg source's
+keys are read and written by :class:`~airflow_provider_kappa.spark.source.options.IcebergReadSpec`.
 
 Keys (``<src>`` is the name the job passes to ``read_source``, ``<sink>`` to ``write_sink``)::
 
@@ -18,8 +19,8 @@ Keys (``<src>`` is the name the job passes to ``read_source``, ``<sink>`` to ``w
     spark.kappa.source.<src>.type         iceberg | kafka
     spark.kappa.source.<src>.candidate    the concrete source chosen for <src>
     spark.kappa.source.<src>.catalog / .table / .ingestion_column / .snapshot_id   (iceberg)
-    spark.kappa.source.<src>.plan_file    the launcher's scan plan of the source for this slice's read
-                                          range (backfill; see spark/source_plan.py)
+    spark.kappa.source.<src>.plan_file    the launcher's file list of the source for this slice's read
+                                          range (backfill; see spark/source/file_list.py)
     spark.kappa.source.<src>.topics / .bootstrap_servers / .schema / .starting_offsets
     spark.kappa.source.<src>.option.<k>   extra source options (Kafka source options; kappa_iceberg
                                           reader options such as max_files_per_batch, which never
@@ -34,33 +35,36 @@ Keys (``<src>`` is the name the job passes to ``read_source``, ``<sink>`` to ``w
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Mapping
 
 from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.spark.conf_keys import AVAILABLE_NOW as AVAILABLE_NOW
+from airflow_provider_kappa.spark.conf_keys import BACKFILL as BACKFILL
+from airflow_provider_kappa.spark.conf_keys import LIVE as LIVE
+from airflow_provider_kappa.spark.conf_keys import PREFIX as PREFIX
+from airflow_provider_kappa.spark.conf_keys import PROCESSING_TIME as PROCESSING_TIME
+from airflow_provider_kappa.spark.source.options import IcebergReadSpec
 from airflow_provider_kappa.timeparse import parse_duration, parse_timestamp
-
-PREFIX = "spark.kappa."
-LIVE = "live"
-BACKFILL = "backfill"
-AVAILABLE_NOW = "availableNow"
-PROCESSING_TIME = "processingTime"
 
 
 @dataclass(frozen=True)
-class IcebergSourceSettings:
-    """A ``kappa_iceberg`` read: one table, bounded at a pinned snapshot or tailing."""
+class IcebergSourceSettings(IcebergReadSpec):
+    """A source of the run read by ``kappa_iceberg``: its name, the concrete source chosen for
+    it, and its read (bounded at a pinned snapshot or tailing)."""
 
-    name: str
-    candidate: str
-    catalog: str
-    table: str
-    ingestion_column: str
-    snapshot_id: int | None = None
-    options: Mapping[str, str] = field(default_factory=dict)
-    plan_file: str | None = None
+    name: str = field(kw_only=True)
+    candidate: str = field(kw_only=True)
+
+    @staticmethod
+    def from_conf(name: str, conf: Mapping[str, str]) -> IcebergSourceSettings:
+        """Iceberg source ``name`` of a run's ``spark.kappa.*`` conf (see :meth:`IcebergReadSpec.from_conf`)."""
+        spec = IcebergReadSpec.from_conf(name, conf)
+        candidate = conf.get(f"{PREFIX}source.{name}.candidate") or name
+        read = {f.name: getattr(spec, f.name) for f in fields(IcebergReadSpec)}
+        return IcebergSourceSettings(**read, name=name, candidate=candidate)
 
 
 @dataclass(frozen=True)
@@ -178,24 +182,7 @@ def load_settings(conf: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> 
         where = f"{PREFIX}source.{name}"
         stype = s.get("type")
         if stype == "iceberg":
-            snap = s.get("snapshot_id")
-            try:
-                snapshot_id = int(snap) if snap else None
-            except ValueError as e:
-                raise KappaConfigError(f"{where}.snapshot_id: {snap!r} is not an integer snapshot id") from e
-            for req in ("catalog", "table", "ingestion_column"):
-                if not s.get(req):
-                    raise KappaConfigError(f"{where}.{req}: missing from the Spark conf")
-            sources[name] = IcebergSourceSettings(
-                name=name,
-                candidate=s.get("candidate", name),
-                catalog=s["catalog"],
-                table=s["table"],
-                ingestion_column=s["ingestion_column"],
-                snapshot_id=snapshot_id,
-                options={k[len("option.") :]: v for k, v in s.items() if k.startswith("option.")},
-                plan_file=s.get("plan_file") or None,
-            )
+            sources[name] = IcebergSourceSettings.from_conf(name, entries)
         elif stype == "kafka":
             for req in ("topics", "bootstrap_servers"):
                 if not s.get(req):

@@ -37,12 +37,13 @@ import pytest
 from airflow_env import write_job_config
 from lake import INCIDENT_END, INCIDENT_START, T0, append_events, event, seed_sessions_incident, sessions_arrow, sorted_rows
 
-from airflow_provider_kappa.backfill import steps as backfill
+from airflow_provider_kappa.backfill import finish, snapshot, steps
+from airflow_provider_kappa.backfill import lock as locks
 from airflow_provider_kappa.backfill.steps import Backfill
 from airflow_provider_kappa.backfill.config import load_config
 from airflow_provider_kappa.exceptions import KappaConcurrencyError
 from airflow_provider_kappa.backfill.lock import LOCK_PREFIX, lock_property, read_locks, take_lock
-from airflow_provider_kappa.spark import source_plan
+from airflow_provider_kappa.spark.source import file_list
 from airflow_provider_kappa.timeparse import to_micros
 
 SOURCE = "raw.playbacks"
@@ -103,7 +104,7 @@ def clean(lake: dict[str, Any]) -> dict[str, Any]:
     catalog = lake["catalog"]
     bf = Backfill.create(load_config(lake["config"]), PARAMS)
     pinned = {"backfill-playbacks": catalog.load_table(SOURCE).metadata.refs[bf.tag].snapshot_id}
-    plan = backfill.plan(bf, pinned)
+    plan = steps.plan(bf, pinned)
     assert [s.slice_id for s in plan.slices] == ["s0000", "s0001"]
     target = sorted_rows(catalog.load_table(TARGET))
     # the clean run itself is right: it equals an independent oracle of the sessionizer
@@ -239,10 +240,10 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     appender = SourceAppender(props)
 
     # snapshot: reuses the tag (the pinned snapshot of the clean run) and re-takes the lock
-    pinned = backfill.snapshot(bf)
+    pinned = snapshot.snapshot(bf)
     out["pinned"] = pinned
     out["locks_during"] = lock_keys(catalog)
-    plan = backfill.plan(bf, pinned)
+    plan = steps.plan(bf, pinned)
     s0, s1 = plan.slices
 
     # ingestion goes on: before the first slice ...
@@ -251,7 +252,7 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     before = {c.pid for c in psutil.Process().children()}
     began = time.monotonic()
     with Repeatedly(appender.append, 3.0, start_when=lambda: bool(spark_children(before)), max_calls=3) as during:
-        out["s0000"] = backfill.run_slice(bf, s0)
+        out["s0000"] = steps.run_slice(bf, s0)
     out["durations"]["s0000 rerun, source appends meanwhile"] = time.monotonic() - began
     out["appends_during_slice"] = during.calls
     out["staged_s0000"] = staged_rows(catalog, bf, "s0000")
@@ -273,7 +274,7 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     killer.thread.start()
     began = time.monotonic()
     with pytest.raises(Exception) as killed:
-        backfill.run_slice(bf, s1)
+        steps.run_slice(bf, s1)
     out["durations"]["s0001 killed"] = time.monotonic() - began
     killer.thread.join(timeout=60)
     assert killer.error is None, killer.error
@@ -284,13 +285,13 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     out["alive_after_kill"] = [pid for pid in killer.killed if alive(pid)]
     # ... then the slice retried, as Airflow's retry does
     began = time.monotonic()
-    out["s0001"] = backfill.run_slice(bf, s1)
+    out["s0001"] = steps.run_slice(bf, s1)
     out["durations"]["s0001 retry"] = time.monotonic() - began
     out["staged_s0001"] = staged_rows(catalog, bf, "s0001")
 
     # validate, then publish while the live job appends to the target
-    reports = backfill.validate(bf, plan)
-    backfill.check_gate(bf, reports)
+    reports = finish.validate(bf, plan)
+    finish.check_gate(bf, reports)
     live_rows: list[dict[str, Any]] = []
     numbers = itertools.count()
     numbering = threading.Lock()
@@ -317,7 +318,7 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     began = time.monotonic()
     with pytest.MonkeyPatch.context() as mp, Repeatedly(live_append, 0.2):
         mp.setattr(publish_module, "read_staged", read_staged_after_a_live_commit)
-        out["published"] = backfill.publish(bf, plan)["sessions"]
+        out["published"] = finish.publish(bf, plan)["sessions"]
     out["durations"]["validate + publish with a live writer"] = time.monotonic() - began
     live_append()  # and the live job goes on after publish
     out["live_rows"] = live_rows
@@ -433,7 +434,7 @@ def test_two_overlapping_backfills_started_together_one_is_refused_and_writes_no
     def start(bf: Backfill) -> None:
         barrier.wait()
         try:
-            outcome[bf.id] = backfill.snapshot(bf)
+            outcome[bf.id] = snapshot.snapshot(bf)
         except KappaConcurrencyError as e:
             outcome[bf.id] = e
 
@@ -457,18 +458,18 @@ def test_two_overlapping_backfills_started_together_one_is_refused_and_writes_no
     # and it cannot publish either: never interleaved
     current = {"backfill-playbacks": catalog.load_table(SOURCE).current_snapshot().snapshot_id}
     with pytest.raises(KappaConcurrencyError, match=f"locked by running backfill {winner.id}"):
-        backfill.publish(loser, backfill.plan(loser, current))
+        finish.publish(loser, steps.plan(loser, current))
     assert sorted_rows(catalog.load_table(TARGET)) == before
     # a backfill of a window that overlaps neither proceeds meanwhile
     disjoint = Backfill.create(cfg, {**PARAMS, "start": at(4).isoformat(), "end": at(5).isoformat(), "slice": "1h", "tail": "15min"})
-    backfill.snapshot(disjoint)
+    snapshot.snapshot(disjoint)
     assert lock_keys(catalog) == sorted([lock_property(winner.id), lock_property(disjoint.id)])
-    backfill.release(disjoint)
+    locks.release(disjoint)
     if winner is b:  # b is abandoned: released with the command its lock names (the refusal's hint)
         release_with_hint(catalog, b)
-        backfill.snapshot(a)  # now a takes the lock: serialised after b, never interleaved
+        snapshot.snapshot(a)  # now a takes the lock: serialised after b, never interleaved
     # a runs to completion; its staged rows are the clean run's (the Spark part is tested above)
-    wplan = backfill.plan(a, backfill.snapshot(a))  # a rerun re-takes its own lock
+    wplan = steps.plan(a, snapshot.snapshot(a))  # a rerun re-takes its own lock
     sink = a.cfg.sinks["sessions"]
     cols = sessions_arrow().names
     for i, sp in enumerate(wplan.slices):
@@ -476,10 +477,10 @@ def test_two_overlapping_backfills_started_together_one_is_refused_and_writes_no
         if i == 0:
             rows = [dict(zip(cols, r)) for slice_rows in clean["staged"].values() for r in slice_rows]
             table.append(pa.Table.from_pylist(rows, schema=sessions_arrow()))
-    backfill.publish(a, wplan)
+    finish.publish(a, wplan)
     assert lock_keys(catalog) == []
     if winner is a:  # b may go now, serialised after a; then it is abandoned and released
-        backfill.snapshot(b)
+        snapshot.snapshot(b)
         assert lock_keys(catalog) == [lock_property(b.id)]
         release_with_hint(catalog, b)
     assert lock_keys(catalog) == []
@@ -568,16 +569,16 @@ def test_a_stale_lock_is_taken_over_and_the_same_backfill_retakes_its_own(
     long_ago = datetime.now(timezone.utc) - timedelta(days=8)
     take_lock(catalog.load_table(TARGET), "bf_abandoned", "playback_sessions", at(2), at(4), retention=timedelta(days=7), now=long_ago)
     with caplog.at_level(logging.WARNING, logger="airflow_provider_kappa.backfill.lock"):
-        backfill.snapshot(bf)
+        snapshot.snapshot(bf)
     assert "taking over the stale lock of backfill bf_abandoned" in caplog.text
     assert lock_keys(catalog) == [lock_property(bf.id)]
     (held,) = read_locks(catalog.load_table(TARGET))
     assert (held.start, held.end) == (INCIDENT_START, INCIDENT_END) and "--release-lock" in held.release
-    backfill.snapshot(bf)  # rerun / --resume / Airflow retry of the same backfill
+    snapshot.snapshot(bf)  # rerun / --resume / Airflow retry of the same backfill
     assert lock_keys(catalog) == [lock_property(bf.id)]
     # a dry run writes nothing outside staging: it takes no lock
     dry = Backfill.create(bf.cfg, {**PARAMS, "tail": "30min", "dry_run": True})
-    backfill.snapshot(dry)
+    snapshot.snapshot(dry)
     assert lock_keys(catalog) == [lock_property(bf.id)]
 
 
@@ -594,7 +595,7 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     append_events(raw, [event(100 + i, at(2, 5 * i)) for i in range(12)])  # 02:00 .. 02:55: nothing in 01:xx
     create_sessions_table(catalog, TARGET)
     bf = Backfill.create(load_config(write_job_config(tmp_path, catalog_props)), {**PARAMS, "slice": "1h", "max_misalignment_threshold": "15min"})
-    plan = backfill.plan(bf, backfill.snapshot(bf))
+    plan = steps.plan(bf, snapshot.snapshot(bf))
     assert [(s.slice_id, s.files) for s in plan.slices] == [("s0000", 1), ("s0001", 0), ("s0002", 1), ("s0003", 0)]
     runs: list[dict[str, Any]] = []
 
@@ -602,14 +603,14 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
         """The process boundary: records what the run was given and leaves a checkpoint file, as Spark would."""
         checkpoint = Path(conf["spark.kappa.checkpoint"])
         plan_file = conf["spark.kappa.source.playbacks.plan_file"]
-        runs.append({"found": sorted(p.name for p in checkpoint.glob("offsets/*")), "plan": source_plan.read(plan_file)})
+        runs.append({"found": sorted(p.name for p in checkpoint.glob("offsets/*")), "plan": file_list.read(plan_file)})
         (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
         (checkpoint / "offsets" / str(len(runs) - 1)).write_text(f"after run {len(runs)}")
 
     def no_spark(*_: Any, **__: Any) -> None:
         raise AssertionError("spark-submit was called for a slice without source data")
 
-    backfill.run_slice(bf, plan.slices[0], submit_fn=spark_stand_in)
+    steps.run_slice(bf, plan.slices[0], submit_fn=spark_stand_in)
     # the launcher handed the slice's reader its scan plan: the pinned snapshot, the files of its read range
     first = runs[0]["plan"]
     assert (first.table, [first.snapshot_id]) == (SOURCE, list(plan.slices[0].snapshot_ids.values()))
@@ -617,7 +618,7 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     assert len(first.spans) == plan.slices[0].files == 1
     began = time.monotonic()
     with caplog.at_level(logging.INFO, logger="airflow_provider_kappa.backfill.steps"):
-        skipped = backfill.run_slice(bf, plan.slices[1], submit_fn=no_spark)
+        skipped = steps.run_slice(bf, plan.slices[1], submit_fn=no_spark)
     assert time.monotonic() - began < 10
     assert skipped["skipped"] is True and skipped["rows_read"] == 0 and skipped["batches"] == 0
     assert "slice s0001 (2/4, sequential): skipped, no source has data in its read range" in caplog.text
@@ -625,11 +626,11 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     assert store.done("s0001") == skipped
     assert staged_rows(catalog, bf, "s0001") == []
     # the next slice starts from the checkpoint the slice before the empty one left
-    assert backfill.slice_ready(bf, plan.slices[2])
-    backfill.run_slice(bf, plan.slices[2], submit_fn=spark_stand_in)
+    assert steps.slice_ready(bf, plan.slices[2])
+    steps.run_slice(bf, plan.slices[2], submit_fn=spark_stand_in)
     assert runs[1]["found"] == ["0"]  # what the run of s0000 left, carried over the skipped s0001
     assert (Path(store.shared) / "offsets" / "0").read_text() == "after run 1"
-    backfill.run_slice(bf, plan.slices[3], submit_fn=no_spark)  # the empty last slice
+    steps.run_slice(bf, plan.slices[3], submit_fn=no_spark)  # the empty last slice
     assert all(store.done(s.slice_id) is not None for s in plan.slices)
 
 

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from test_iceberg_source import HOUR, MIN, T0_US, load, reader_options, run_query
+from test_source import HOUR, MIN, T0_US, load, reader_options, run_query
 
-from airflow_provider_kappa.spark import source_plan
-from airflow_provider_kappa.spark.iceberg_source import KappaIcebergStreamReader, read_parquet_direct, table_spark_schema
+from airflow_provider_kappa.spark.source import file_list
+from airflow_provider_kappa.spark.source.read import read_parquet_direct
+from airflow_provider_kappa.spark.source.reader import KappaIcebergStreamReader
+from airflow_provider_kappa.spark.source.tables import table_spark_schema
 from lake import T0, append_events, create_events_table, event
 
 BUCKET = "kappa"
@@ -107,15 +109,15 @@ def test_the_direct_parquet_read_opens_s3_files_through_the_file_io(s3_table: tu
     scanned = table.scan(row_filter=f"ingestion_ts >= '{(T0 + timedelta(minutes=10)).isoformat()}' and ingestion_ts < '{(T0 + timedelta(minutes=30)).isoformat()}'")
     assert sorted(direct) == sorted(scanned.to_arrow().column("event_id").to_pylist())
     assert len(direct) == 10  # minutes 10, 12, ... 18 of the first file and 20 ... 28 of the second
-    # the launcher hands a plan over only when the catalog properties give the table's FileIO
+    # the launcher hands a file list over only when the catalog properties give the table's FileIO
     # everything it has (a credential vended with the table would be missing on executors)
-    assert source_plan.plannable(table, s3_props)
-    assert not source_plan.plannable(table, {k: v for k, v in s3_props.items() if k != "s3.secret-access-key"})
+    assert file_list.listable(table, s3_props)
+    assert not file_list.listable(table, {k: v for k, v in s3_props.items() if k != "s3.secret-access-key"})
 
 
-@pytest.mark.parametrize("planned", [False, True], ids=["reader-plans", "launcher-plan"])
+@pytest.mark.parametrize("listed", [False, True], ids=["reader-lists", "launcher-file-list"])
 def test_a_streaming_read_of_an_s3_table_gives_every_row_in_range_once(
-    spark: Any, s3_table: tuple[Any, list[str]], s3_props: dict[str, str], tmp_path: Path, planned: bool
+    spark: Any, s3_table: tuple[Any, list[str]], s3_props: dict[str, str], tmp_path: Path, listed: bool
 ) -> None:
     from airflow_provider_kappa.spark.datasource import KappaIcebergDataSource
 
@@ -123,10 +125,10 @@ def test_a_streaming_read_of_an_s3_table_gives_every_row_in_range_once(
     table, ids = s3_table
     start, end = T0_US + 15 * MIN, T0_US + HOUR
     extra: dict[str, Any] = {"read_start_micros": start, "read_end_micros": end, "max_misalignment_threshold": "20min"}
-    if planned:
-        plan = source_plan.build(table, table.current_snapshot().snapshot_id, "ingestion_ts", start, end)
-        extra["plan_file"] = source_plan.write(str(tmp_path / "plan.json"), plan)
-        assert "s3cr3t" not in json.dumps(plan.to_json())  # the plan carries no credential
+    if listed:
+        files = file_list.build(table, table.current_snapshot().snapshot_id, "ingestion_ts", start, end)
+        extra["plan_file"] = file_list.write(str(tmp_path / "files.json"), files)
+        assert "s3cr3t" not in json.dumps(files.to_json())  # the file list carries no credential
     run = run_query(load(spark, reader_options(s3_props, "raw.events", **extra)), tmp_path / "ck")
     expected = Counter(i for n, i in enumerate(ids) if start <= T0_US + (20 * (n // 10) + 2 * (n % 10)) * MIN < end)
     assert run.rows() == expected and len(expected) == 22

@@ -107,7 +107,7 @@ def test_backfill_resolution_from_session_conf(spark: Any, kappa_conf: Any, tmp_
         snapshot_ids={"backfill-impressions": 5, "backfill-playbacks": 6},
         staging_tables={"summary": "kappa_staging.prod__summary__b1__s0"},
         checkpoint=str(tmp_path / "ck"),
-        plan_files={"backfill-impressions": "/ck/plans/s0/i.json", "backfill-playbacks": "/ck/plans/s0/p.json"},
+        file_lists={"backfill-impressions": "/ck/plans/s0/i.json", "backfill-playbacks": "/ck/plans/s0/p.json"},
     )
     kappa_conf(slice_conf(cfg, run, tmp_path / "catalogs.json"))
     settings = settings_of(spark)

@@ -1,9 +1,11 @@
-"""Backfill parameters: parsing, defaults, precise errors, the deterministic id, and the
-Airflow Params JSON schema agreeing with the parser."""
+"""Backfill parameters: parsing, defaults, precise errors, the deterministic id, the Airflow
+Params JSON schema agreeing with the parser, and the CLI flags derived from the same table."""
 
 from __future__ import annotations
 
+import argparse
 import re
+from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,14 +15,20 @@ import pytest
 from airflow_provider_kappa.backfill.config import load_config
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.backfill.params import (
+    CLI_PARAMS,
     DURATION_PATTERN,
+    KEYS,
+    PARAMS,
     POSITIVE_DURATION_PATTERN,
     TIMESTAMP_PATTERN,
+    BackfillParams,
     backfill_id,
     human_duration,
     param_schemas,
     parse_params,
+    to_argv,
 )
+from airflow_provider_kappa.cli.plan import add_backfill_arguments, params_from_args
 from airflow_provider_kappa.timeparse import parse_duration, parse_timestamp
 
 EXAMPLES = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples"
@@ -191,3 +199,59 @@ def test_human_duration() -> None:
     assert [human_duration(timedelta(seconds=s)) for s in (0, 90, 900, 3600, 86400, 0.5)] == [
         "0s", "90s", "15min", "1h", "1d", "500ms",
     ]  # fmt: skip
+
+
+def test_backfill_id_values_are_stable(rmi) -> None:  # type: ignore[no-untyped-def]
+    """Ids name existing tags, staging tables and checkpoints: their values must not change."""
+    base = {"start": START, "end": END}
+    assert backfill_id(rmi, parse_params(rmi, base)) == "bf_202611010000_308e0936b8"
+    assert backfill_id(rmi, parse_params(rmi, {**base, "mode": "parallel"})) == "bf_202611010000_e7085d5038"
+
+
+def test_the_table_names_what_design_md_names() -> None:
+    assert KEYS == tuple(f.name for f in fields(BackfillParams)) == (
+        "start", "end", "sources", "slice", "max_misalignment_threshold", "warmup", "tail", "mode", "dry_run",
+        "publish", "min_match",
+    )  # fmt: skip
+    assert sorted(p.name for p in CLI_PARAMS) == sorted(KEYS)
+    assert [p.flag for p in CLI_PARAMS] == [
+        "--start", "--end", "--mode", "--slice", "--warmup", "--tail", "--max-misalignment", "--sources", "--dry-run",
+        "--no-publish", "--min-match",
+    ]  # fmt: skip
+    assert [p.name for p in PARAMS if p.identity is None] == ["dry_run", "publish", "min_match"]
+
+
+def cli(argv: list[str]) -> dict[str, object]:
+    parser = argparse.ArgumentParser()
+    add_backfill_arguments(parser)
+    return params_from_args(parser.parse_args(["--config", "kappa.yaml", *argv]))
+
+
+def test_cli_flags_come_from_the_table(rmi) -> None:  # type: ignore[no-untyped-def]
+    assert cli(["--start", START, "--end", END]) == {"start": START, "end": END, "dry_run": False, "publish": True}
+    raw = cli(["--start", START, "--end", END, "--mode", "parallel", "--slice", "30min", "--warmup", "0s", "--tail",
+               "1h", "--max-misalignment", "5min", "--sources", "playbacks", "--dry-run", "--no-publish",
+               "--min-match", "99.9"])  # fmt: skip
+    assert raw == {"start": START, "end": END, "mode": "parallel", "slice": "30min", "warmup": "0s", "tail": "1h",
+                   "max_misalignment_threshold": "5min", "sources": "playbacks", "dry_run": True, "publish": False,
+                   "min_match": "99.9"}  # fmt: skip
+    p = parse_params(rmi, raw)
+    assert parse_params(rmi, cli(to_argv(p))) == p
+    assert parse_params(rmi, cli(to_argv(parse_params(rmi, {"start": START, "end": END})))).publishes
+
+
+def test_release_flags_are_those_of_the_backfill_id(rmi) -> None:  # type: ignore[no-untyped-def]
+    p = parse_params(rmi, {"start": START, "end": END, "dry_run": True, "publish": False, "min_match": 50})
+    assert to_argv(p, identity_only=True) == [
+        "--start", START, "--end", END, "--mode", "sequential", "--slice", "1h", "--warmup", "30min", "--tail", "15min",
+        "--max-misalignment", "15min", "--sources", "impressions,playbacks",
+    ]  # fmt: skip
+    again = parse_params(rmi, cli(to_argv(p, identity_only=True)))
+    assert backfill_id(rmi, again) == backfill_id(rmi, p)
+
+
+def test_advanced_params_are_in_the_form_s_advanced_section(rmi) -> None:  # type: ignore[no-untyped-def]
+    schemas = param_schemas(rmi)
+    advanced = [name for name, schema in schemas.items() if schema.get("section") == "Advanced"]
+    assert advanced == ["slice", "max_misalignment_threshold", "warmup", "tail"]
+    assert all(schema["title"] == name and schema["description"] for name, schema in schemas.items())

@@ -68,7 +68,7 @@ def test_slice_round_trip(tmp_path: Path) -> None:
     assert list(s.sources) == ["playbacks"]
     pb = s.source("playbacks")
     assert isinstance(pb, IcebergSourceSettings) and pb.snapshot_id == 22 and pb.plan_file is None
-    planned = load_settings(slice_conf(cfg, replace(run, plan_files={"backfill-playbacks": "/ck/plans/s003/p.json"}), tmp_path / "c.json"))
+    planned = load_settings(slice_conf(cfg, replace(run, file_lists={"backfill-playbacks": "/ck/plans/s003/p.json"}), tmp_path / "c.json"))
     assert planned.source("playbacks").plan_file == "/ck/plans/s003/p.json"  # type: ignore[union-attr]
     sink = s.sink("summary")
     assert (sink.write_table, sink.slice_id) == ("kappa_staging.x", "s003")
@@ -124,3 +124,36 @@ def test_catalog_errors_mask_secrets_and_do_not_chain_the_original(tmp_path: Pat
     with pytest.raises(KappaConfigError, match=r"catalog 'lake' cannot be loaded: OperationalError") as info:
         load_catalog("lake", {"type": "sql", "uri": f"sqlite:///{tmp_path}/no/such/dir/c.db", "token": "t0k3n"})
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_an_iceberg_read_is_written_and_read_back_the_same_through_conf_and_options() -> None:
+    from airflow_provider_kappa.spark.source.options import BOUNDED, TAIL, IcebergReadSpec
+    from airflow_provider_kappa.timeparse import from_micros
+
+    start, end = 1_790_000_000_000_000, 1_790_003_600_000_000
+    spec = IcebergReadSpec(
+        "lake", "raw.e", "ingestion_ts", mode=BOUNDED, snapshot_id=5, read_start_micros=start, read_end_micros=end,
+        threshold_micros=900_000_000, plan_file="/ck/plans/s0/e.json", max_files_per_batch=3, options={"x": "y"},
+    )  # fmt: skip
+    assert IcebergReadSpec.from_options(spec.to_options()) == spec
+    conf = {
+        "spark.kappa.mode": "backfill",
+        "spark.kappa.read.start": from_micros(start).isoformat(),
+        "spark.kappa.read.end": from_micros(end).isoformat(),
+        "spark.kappa.max_misalignment_threshold": "900s",
+        **spec.to_conf("events", "backfill-events"),
+        "spark.kappa.source.events.option.table": "raw.other",  # an extra option never overrides the read's own
+    }
+    assert conf["spark.kappa.source.events.option.max_files_per_batch"] == "3"
+    back = IcebergReadSpec.from_conf("events", conf)
+    assert back == replace(spec, align_with=(spec.aligned(),))
+    assert json.loads(back.to_options()["align_with"]) == [
+        {"catalog": "lake", "table": "raw.e", "ingestion_column": "ingestion_ts", "snapshot_id": 5, "plan_file": "/ck/plans/s0/e.json"}
+    ]
+    # live: the run's range, snapshot and file list do not apply to a tailing read
+    live = IcebergReadSpec.from_conf("events", {**conf, "spark.kappa.mode": "live"})
+    assert (live.mode, live.snapshot_id, live.read_start_micros, live.plan_file, live.align_with) == (TAIL, None, None, None, ())
+    with pytest.raises(KappaConfigError, match=r"spark.kappa.source.events.snapshot_id: 'x' is not an integer"):
+        IcebergReadSpec.from_conf("events", {**conf, "spark.kappa.source.events.snapshot_id": "x"})
+    with pytest.raises(KappaConfigError, match=r"option max_rows_per_batch='0' must be >= 1"):
+        IcebergReadSpec.from_options({**spec.to_options(), "max_files_per_batch": "", "max_rows_per_batch": "0"})

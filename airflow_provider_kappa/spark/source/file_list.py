@@ -1,4 +1,4 @@
-"""A source's scan plan handed from the launcher to the ``kappa_iceberg`` reader (option ``plan_file``).
+"""A source's file list handed from the launcher to the ``kappa_iceberg`` reader (option ``plan_file``).
 
 Without it, every slice's Spark driver starts two Python processes per source (the data
 source's ``schema()`` and the stream reader) that each import pyiceberg, open the catalog and
@@ -6,31 +6,28 @@ load the table, and the reader then reads the pinned snapshot's manifests. The l
 done all of that already (it pinned the snapshot and planned the backfill), so it writes what
 the reader needs into one JSON file next to the backfill's checkpoints: the snapshot's Spark
 schema, the trimmed table metadata executors read with, and the data files that may hold rows
-in the slice's read range (:class:`~airflow_provider_kappa.spark.scan_plan.FileSpan`). The
-reader then needs neither pyiceberg nor the catalog on the driver.
+in the slice's read range (:class:`~airflow_provider_kappa.spark.source.file_index.FileSpan`).
+The reader then needs neither pyiceberg nor the catalog on the driver.
 
-A plan file holds no credentials: executors' FileIO properties still come from the catalog
+A file list holds no credentials: executors' FileIO properties still come from the catalog
 properties (the catalogs file). A table whose FileIO has properties the catalog did not give
-(credentials vended by a REST catalog) gets no plan file (:func:`plannable`). A plan file names
+(credentials vended by a REST catalog) gets no file list (:func:`listable`). A file list names
 its table, snapshot, ingestion column and the read range it covers; the reader refuses one
 that does not match its options.
 
-Pure Python with pyarrow for I/O: no pyspark import (the Spark schema is kept as JSON).
+Pure Python with pyarrow for I/O: no pyspark import (the Spark schema is kept as JSON;
+:func:`build` imports pyspark and pyiceberg when called).
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import uuid
 from dataclasses import dataclass
-from datetime import date, datetime, time
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from airflow_provider_kappa.spark.storage import filesystem, read_text, write_text
 from airflow_provider_kappa.exceptions import KappaSourceError
-from airflow_provider_kappa.spark.scan_plan import DeleteRef, FileSpan
+from airflow_provider_kappa.spark.source.file_index import FileSpan, span_from_list, span_to_list
+from airflow_provider_kappa.spark.storage import filesystem, read_text, write_text
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -42,7 +39,7 @@ FILE_IO_PREFIXES = ("s3.", "client.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "
 
 
 @dataclass(frozen=True)
-class SourcePlan:
+class FileList:
     """What a bounded ``kappa_iceberg`` reader needs of one table at one pinned snapshot.
 
     :param table: the table identifier.
@@ -70,7 +67,7 @@ class SourcePlan:
     spans: tuple[FileSpan, ...]
 
     def covers(self, start_micros: int | None, end_micros: int | None) -> bool:
-        """Whether the plan's range contains ``[start_micros, end_micros)``."""
+        """Whether the file list's range contains ``[start_micros, end_micros)``."""
         if self.start_micros is not None and (start_micros is None or start_micros < self.start_micros):
             return False
         if self.end_micros is not None and (end_micros is None or end_micros > self.end_micros):
@@ -78,7 +75,7 @@ class SourcePlan:
         return True
 
     def check(self, table: str, snapshot_id: int | None, ingestion_column: str, start: int | None, end: int | None) -> None:
-        """Refuse a plan written for another read.
+        """Refuse a file list written for another read.
 
         :raises KappaSourceError: naming what differs.
         """
@@ -89,8 +86,8 @@ class SourcePlan:
         wrong = {k: (have[k], v) for k, v in want.items() if have[k] != v}
         if wrong:
             raise KappaSourceError(
-                "kappa_iceberg: option plan_file is a plan of another read: "
-                + ", ".join(f"{k} is {h!r} in the plan, {w!r} in the options" for k, (h, w) in wrong.items())
+                "kappa_iceberg: option plan_file is the file list of another read: "
+                + ", ".join(f"{k} is {h!r} in the file list, {w!r} in the options" for k, (h, w) in wrong.items())
             )
         if not self.covers(start, end):
             raise KappaSourceError(
@@ -105,7 +102,7 @@ class SourcePlan:
     # ------------------------------------------------------------------------------ JSON
 
     def to_json(self) -> str:
-        """The plan as JSON (partition values of non-JSON types are tagged)."""
+        """The file list as JSON (partition values of non-JSON types are tagged)."""
         return json.dumps(
             {
                 "version": VERSION,
@@ -118,22 +115,22 @@ class SourcePlan:
                 "spark_schema": self.spark_schema_json,
                 "metadata": self.metadata_json,
                 "fields": [list(f) for f in self.fields],
-                "spans": [_span_to_list(s) for s in self.spans],
+                "spans": [span_to_list(s) for s in self.spans],
             },
             separators=(",", ":"),
         )
 
     @staticmethod
-    def from_json(text: str, where: str = "plan file") -> SourcePlan:
+    def from_json(text: str, where: str = "file list") -> FileList:
         """Parse :meth:`to_json`'s output.
 
-        :raises KappaSourceError: when the text is not a plan of this version.
+        :raises KappaSourceError: when the text is not a file list of this version.
         """
         try:
             data = json.loads(text)
             if data.get("version") != VERSION:
                 raise ValueError(f"version {data.get('version')!r}, expected {VERSION}")
-            return SourcePlan(
+            return FileList(
                 table=str(data["table"]),
                 snapshot_id=data["snapshot_id"],
                 ingestion_column=str(data["ingestion_column"]),
@@ -143,10 +140,10 @@ class SourcePlan:
                 spark_schema_json=str(data["spark_schema"]),
                 metadata_json=str(data["metadata"]),
                 fields=tuple((str(n), int(i), bool(p)) for n, i, p in data["fields"]),
-                spans=tuple(_span_from_list(s) for s in data["spans"]),
+                spans=tuple(span_from_list(s) for s in data["spans"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise KappaSourceError(f"kappa_iceberg: {where} is not a kappa scan plan: {e}") from e
+            raise KappaSourceError(f"kappa_iceberg: {where} is not a kappa file list: {e}") from e
 
 
 def top_fields(schema: Schema) -> tuple[tuple[str, int, bool], ...]:
@@ -168,62 +165,6 @@ def direct_field_ids(fields: Sequence[tuple[str, int, bool]], names: Sequence[st
     return tuple(out.items())
 
 
-def _span_to_list(s: FileSpan) -> list[Any]:
-    return [
-        s.path,
-        s.file_format,
-        s.record_count,
-        s.file_size_in_bytes,
-        s.lower_micros,
-        s.upper_micros,
-        s.spec_id,
-        [_encode(v) for v in s.partition],
-        [[d.path, d.file_format] for d in s.deletes],
-    ]
-
-
-def _span_from_list(item: Sequence[Any]) -> FileSpan:
-    path, fmt, records, size, lo, hi, spec_id, partition, deletes = item
-    return FileSpan(
-        path=path,
-        file_format=fmt,
-        record_count=int(records),
-        file_size_in_bytes=int(size),
-        lower_micros=lo,
-        upper_micros=hi,
-        spec_id=int(spec_id),
-        partition=tuple(_decode(v) for v in partition),
-        deletes=tuple(DeleteRef(p, f) for p, f in deletes),
-    )
-
-
-_TAGS: dict[str, Any] = {
-    "bytes": (bytes, lambda v: base64.b64encode(v).decode(), base64.b64decode),
-    "decimal": (Decimal, str, Decimal),
-    "uuid": (uuid.UUID, str, uuid.UUID),
-    "datetime": (datetime, datetime.isoformat, datetime.fromisoformat),
-    "date": (date, date.isoformat, date.fromisoformat),
-    "time": (time, time.isoformat, time.fromisoformat),
-}
-
-
-def _encode(value: Any) -> Any:
-    """A partition value as JSON: primitives as they are, others as ``{"$<type>": text}``."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    for tag, (cls, dump, _) in _TAGS.items():  # datetime before date: a datetime is a date
-        if isinstance(value, cls):
-            return {f"${tag}": dump(value)}
-    raise KappaSourceError(f"partition value {value!r} of type {type(value).__name__} cannot be kept in a scan plan")
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        ((key, text),) = value.items()
-        return _TAGS[key[1:]][2](text)
-    return value
-
-
 # ---------------------------------------------------------------------------------- build
 
 
@@ -232,8 +173,8 @@ def file_io_properties(properties: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in properties.items() if k.startswith(FILE_IO_PREFIXES)}
 
 
-def plannable(table: Table, catalog_properties: Mapping[str, str]) -> bool:
-    """Whether a reader can read ``table`` from a plan file: its FileIO has no property the
+def listable(table: Table, catalog_properties: Mapping[str, str]) -> bool:
+    """Whether a reader can read ``table`` from a file list: its FileIO has no property the
     catalog properties do not give (a REST catalog may vend credentials with the table)."""
     return file_io_properties(table.io.properties) == file_io_properties(catalog_properties)
 
@@ -244,8 +185,8 @@ def build(
     ingestion_column: str,
     start_micros: int | None,
     end_micros: int | None,
-) -> SourcePlan:
-    """The plan of ``table`` at ``snapshot_id`` for reads inside ``[start_micros, end_micros)``.
+) -> FileList:
+    """The file list of ``table`` at ``snapshot_id`` for reads inside ``[start_micros, end_micros)``.
 
     :param table: a loaded pyiceberg table.
     :param snapshot_id: the pinned snapshot.
@@ -254,15 +195,16 @@ def build(
     :param end_micros: exclusive end (``None``: open).
     :raises KappaSourceError: unknown snapshot, bad ingestion column, unmappable types.
     """
-    from airflow_provider_kappa.spark import scan_plan
-    from airflow_provider_kappa.spark.iceberg_source import schema_to_spark, trimmed_metadata_json
+    from airflow_provider_kappa.spark.source.manifests import file_spans
+    from airflow_provider_kappa.spark.source.schema import schema_to_spark, trimmed_metadata_json
+    from airflow_provider_kappa.spark.source.snapshots import ingestion_field, resolve_snapshot, snapshot_schema
 
-    snapshot = scan_plan.resolve_snapshot(table, snapshot_id)
-    schema = scan_plan.snapshot_schema(table, snapshot)
+    snapshot = resolve_snapshot(table, snapshot_id)
+    schema = snapshot_schema(table, snapshot)
     name = ".".join(table.name())
-    scan_plan.ingestion_field(schema, ingestion_column, name)
-    spans = scan_plan.plan_files(table, snapshot_id, ingestion_column, start_micros, end_micros)
-    return SourcePlan(
+    ingestion_field(schema, ingestion_column, name)
+    spans = file_spans(table, snapshot_id, ingestion_column, start_micros, end_micros)
+    return FileList(
         table=name,
         snapshot_id=snapshot_id,
         ingestion_column=ingestion_column,
@@ -279,22 +221,22 @@ def build(
 # ---------------------------------------------------------------------------------- I/O
 
 
-def write(uri: str, plan: SourcePlan) -> str:
-    """Write ``plan`` to ``uri`` (a local path or any URI ``pyarrow.fs`` knows); return ``uri``."""
+def write(uri: str, files: FileList) -> str:
+    """Write ``files`` to ``uri`` (a local path or any URI ``pyarrow.fs`` knows); return ``uri``."""
     fs, path = filesystem(uri, "kappa_iceberg: option plan_file", KappaSourceError)
-    write_text(fs, path, plan.to_json())
+    write_text(fs, path, files.to_json())
     return uri
 
 
-def read(uri: str) -> SourcePlan:
-    """Read the plan at ``uri``.
+def read(uri: str) -> FileList:
+    """Read the file list at ``uri``.
 
-    :raises KappaSourceError: when it cannot be read or is not a plan.
+    :raises KappaSourceError: when it cannot be read or is not a file list.
     """
     fs, path = filesystem(uri, "kappa_iceberg: option plan_file", KappaSourceError)
     try:
         text = read_text(fs, path)
     except OSError as e:
         raise KappaSourceError(f"kappa_iceberg: option plan_file={uri!r} cannot be read: {e}") from e
-    return SourcePlan.from_json(text, f"plan_file {uri!r}")
+    return FileList.from_json(text, f"plan_file {uri!r}")
 

@@ -1,5 +1,5 @@
-"""The launcher's scan plan (spark/source_plan.py): what it keeps, and readers that use it
-through real local Spark with the catalog out of reach."""
+"""The launcher's file list of a source (spark/source/file_list.py, option plan_file): what it
+keeps, and readers that use it through real local Spark with the catalog out of reach."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_iceberg_source import HOUR, MIN, T0_US, add, load, reader_options, run_query
+from test_source import HOUR, MIN, T0_US, add, load, reader_options, run_query
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
-from airflow_provider_kappa.spark import scan_plan, source_plan
-from airflow_provider_kappa.spark.iceberg_source import KappaIcebergStreamReader, table_spark_schema
-from airflow_provider_kappa.spark.scan_plan import DeleteRef, FileSpan
+from airflow_provider_kappa.spark.source import file_list
+from airflow_provider_kappa.spark.source.file_index import DeleteRef, FileSpan, spans_between
+from airflow_provider_kappa.spark.source.manifests import file_spans
+from airflow_provider_kappa.spark.source.reader import KappaIcebergStreamReader
+from airflow_provider_kappa.spark.source.tables import table_spark_schema
 from lake import create_events_table
 
 
@@ -49,17 +51,17 @@ def test_json_keeps_every_field_and_partition_value_type() -> None:
         ),  # fmt: skip
         deletes=(DeleteRef("file:///w/d.parquet", "PARQUET"),),
     )
-    plan = source_plan.SourcePlan(
+    listed = file_list.FileList(
         table="raw.e", snapshot_id=9, ingestion_column="ts", start_micros=0, end_micros=None, location="file:///w",
         spark_schema_json="{}", metadata_json="{}", fields=(("ts", 1, True), ("tags", 2, False)), spans=(span,),
     )  # fmt: skip
-    back = source_plan.SourcePlan.from_json(plan.to_json())
-    assert back == plan
+    back = file_list.FileList.from_json(listed.to_json())
+    assert back == listed
     assert [type(v) for v in back.spans[0].partition] == [type(v) for v in span.partition]
     assert back.top_field_ids(["ts"]) == (("ts", 1),)
     assert back.top_field_ids(["ts", "tags"]) == ()  # nested: the reader falls back to pyiceberg
-    with pytest.raises(KappaSourceError, match=r"x.json is not a kappa scan plan: version None"):
-        source_plan.SourcePlan.from_json('{"table": "raw.e"}', "x.json")
+    with pytest.raises(KappaSourceError, match=r"x.json is not a kappa file list: version None"):
+        file_list.FileList.from_json('{"table": "raw.e"}', "x.json")
 
 
 def test_a_plan_holds_the_files_of_its_range_and_the_snapshot_schema(catalog: Any) -> None:
@@ -69,16 +71,16 @@ def test_a_plan_holds_the_files_of_its_range_and_the_snapshot_schema(catalog: An
     add(table, "c", [200])
     snapshot = table.current_snapshot().snapshot_id
     start, end = T0_US + 60 * MIN, T0_US + 2 * HOUR
-    plan = source_plan.build(table, snapshot, "ingestion_ts", start, end)
-    assert plan.spans == tuple(scan_plan.plan_files(table, snapshot, "ingestion_ts", start, end))
-    assert [s.path for s in plan.spans] == [s.path for s in scan_plan.plan_files(table, snapshot, "ingestion_ts", None, None)][1:2]
-    assert (plan.table, plan.snapshot_id, plan.start_micros, plan.end_micros) == ("raw.events", snapshot, start, end)
-    assert "s3" not in plan.to_json() and "sqlite" not in plan.to_json()  # no catalog property
-    # narrowing a wider plan gives what planning the narrow range gives
-    wide = source_plan.build(table, snapshot, "ingestion_ts", None, None)
-    assert tuple(scan_plan.spans_between(wide.spans, start, end)) == plan.spans
+    files = file_list.build(table, snapshot, "ingestion_ts", start, end)
+    assert files.spans == tuple(file_spans(table, snapshot, "ingestion_ts", start, end))
+    assert [s.path for s in files.spans] == [s.path for s in file_spans(table, snapshot, "ingestion_ts", None, None)][1:2]
+    assert (files.table, files.snapshot_id, files.start_micros, files.end_micros) == ("raw.events", snapshot, start, end)
+    assert "s3" not in files.to_json() and "sqlite" not in files.to_json()  # no catalog property
+    # narrowing a wider file list gives what listing the narrow range gives
+    wide = file_list.build(table, snapshot, "ingestion_ts", None, None)
+    assert tuple(spans_between(wide.spans, start, end)) == files.spans
     with pytest.raises(KappaSourceError, match=r"ingestion column 'landed_at' does not exist"):
-        source_plan.build(table, snapshot, "landed_at", start, end)
+        file_list.build(table, snapshot, "landed_at", start, end)
 
 
 def test_a_reader_given_a_plan_reads_what_planning_reads_without_the_catalog(
@@ -92,9 +94,9 @@ def test_a_reader_given_a_plan_reads_what_planning_reads_without_the_catalog(
     rng = {"read_start_micros": start, "read_end_micros": end, "snapshot_id": snapshot}
     planned = run_query(load(sp, reader_options(catalog_props, "raw.events", **rng)), tmp_path / "ck1")
 
-    plan_file = source_plan.write(str(tmp_path / "plans" / "events.json"), source_plan.build(table, snapshot, "ingestion_ts", T0_US, T0_US + 3 * HOUR))
+    plan_file = file_list.write(str(tmp_path / "plans" / "events.json"), file_list.build(table, snapshot, "ingestion_ts", T0_US, T0_US + 3 * HOUR))
     for f in (lake_dir / "warehouse").rglob("*.avro"):
-        f.unlink()  # no manifest left to read: only the plan knows the files
+        f.unlink()  # no manifest left to read: only the file list knows the files
     opts = reader_options(unreachable(catalog_props, tmp_path), "raw.events", **rng, plan_file=plan_file)
     with pytest.raises(KappaConfigError, match=r"catalog 'lake' cannot be loaded"):
         table_spark_schema({k: v for k, v in opts.items() if k != "plan_file"})  # the catalog is out of reach
@@ -103,7 +105,7 @@ def test_a_reader_given_a_plan_reads_what_planning_reads_without_the_catalog(
     expected = Counter(i for i in ids if start <= T0_US + float(i.split("-")[1]) * MIN < end)
     assert given.rows() == planned.rows() == expected
     assert given.offsets() == planned.offsets()
-    # the job's projection works from the plan too (field ids kept per top-level column)
+    # the job's projection works from the file list too (field ids kept per top-level column)
     projected = sp.readStream.format("kappa_iceberg").schema("event_id STRING, ingestion_ts TIMESTAMP").options(**opts).load()
     assert run_query(projected, tmp_path / "ck3").rows() == expected
 
@@ -115,22 +117,22 @@ def test_aligned_tables_are_read_from_their_plans(catalog: Any, catalog_props: d
     add(small, "c", [2, 230])
     snaps = {t.name()[-1]: t.current_snapshot().snapshot_id for t in (big, small)}
     rng = (T0_US, T0_US + 4 * HOUR)
-    files = {
-        name: source_plan.write(str(tmp_path / f"{name}.json"), source_plan.build(t, snaps[name], "ingestion_ts", *rng))
+    lists = {
+        name: file_list.write(str(tmp_path / f"{name}.json"), file_list.build(t, snaps[name], "ingestion_ts", *rng))
         for name, t in (("impressions", big), ("clicks", small))
     }
     align = json.dumps(
         [
-            {"catalog": "lake", "table": f"raw.{n}", "ingestion_column": "ingestion_ts", "snapshot_id": snaps[n], "plan_file": files[n]}
+            {"catalog": "lake", "table": f"raw.{n}", "ingestion_column": "ingestion_ts", "snapshot_id": snaps[n], "plan_file": lists[n]}
             for n in ("impressions", "clicks")
         ]
     )
 
-    def ends(props: dict[str, str], plans: bool) -> list[int]:
+    def ends(props: dict[str, str], listed: bool) -> list[int]:
         opts = reader_options(
             props, "raw.clicks", read_start_micros=rng[0], read_end_micros=rng[1], snapshot_id=snaps["clicks"],
-            max_misalignment_threshold="1h", align_with=align if plans else json.dumps([{**a, "plan_file": None} for a in json.loads(align)]),
-            **({"plan_file": files["clicks"]} if plans else {}),
+            max_misalignment_threshold="1h", align_with=align if listed else json.dumps([{**a, "plan_file": None} for a in json.loads(align)]),
+            **({"plan_file": lists["clicks"]} if listed else {}),
         )  # fmt: skip
         reader = KappaIcebergStreamReader(table_spark_schema(opts), opts)
         pos, out = reader.initialOffset(), []
@@ -139,9 +141,9 @@ def test_aligned_tables_are_read_from_their_plans(catalog: Any, catalog_props: d
             pos = nxt
         return out
 
-    from_catalog = ends(catalog_props, plans=False)
+    from_catalog = ends(catalog_props, listed=False)
     assert from_catalog == [T0_US + h * HOUR for h in (1, 2, 3, 4)]  # the big table's data sets the grid
-    assert ends(unreachable(catalog_props, tmp_path), plans=True) == from_catalog
+    assert ends(unreachable(catalog_props, tmp_path), listed=True) == from_catalog
 
 
 def test_a_plan_of_another_read_is_refused(catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
@@ -149,12 +151,12 @@ def test_a_plan_of_another_read_is_refused(catalog: Any, catalog_props: dict[str
     add(table, "a", [5])
     first = table.current_snapshot().snapshot_id
     add(table, "b", [6])
-    plan_file = source_plan.write(str(tmp_path / "p.json"), source_plan.build(table, first, "ingestion_ts", T0_US, T0_US + HOUR))
+    plan_file = file_list.write(str(tmp_path / "p.json"), file_list.build(table, first, "ingestion_ts", T0_US, T0_US + HOUR))
     opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, plan_file=plan_file)
     assert table_spark_schema(opts) == table_spark_schema({k: v for k, v in opts.items() if k != "plan_file"})
     cases = [
-        ({"snapshot_id": str(table.current_snapshot().snapshot_id)}, rf"snapshot_id is {first} in the plan"),
-        ({"table": "raw.other"}, r"table is 'raw.events' in the plan, 'raw.other' in the options"),
+        ({"snapshot_id": str(table.current_snapshot().snapshot_id)}, rf"snapshot_id is {first} in the file list"),
+        ({"table": "raw.other"}, r"table is 'raw.events' in the file list, 'raw.other' in the options"),
         ({"read_end_micros": str(T0_US + 2 * HOUR)}, r"covers \[\d+, \d+\) of table 'raw.events', not the read range"),
         ({"plan_file": str(tmp_path / "missing.json")}, r"plan_file='.*missing.json' cannot be read"),
     ]
@@ -168,7 +170,7 @@ def test_a_plan_of_another_read_is_refused(catalog: Any, catalog_props: dict[str
 
 
 def test_a_reader_given_a_plan_imports_no_pyiceberg(catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
-    """What the plan is for: the driver's Python processes of a slice (schema() and the stream
+    """What the file list is for: the driver's Python processes of a slice (schema() and the stream
     reader) skip pyiceberg's imports, the catalog and the manifests."""
     import subprocess
     import sys
@@ -176,11 +178,12 @@ def test_a_reader_given_a_plan_imports_no_pyiceberg(catalog: Any, catalog_props:
     table = create_events_table(catalog, "raw.events")
     add(table, "a", [5, 40])
     snapshot = table.current_snapshot().snapshot_id
-    plan_file = source_plan.write(str(tmp_path / "p.json"), source_plan.build(table, snapshot, "ingestion_ts", T0_US, T0_US + HOUR))
+    plan_file = file_list.write(str(tmp_path / "p.json"), file_list.build(table, snapshot, "ingestion_ts", T0_US, T0_US + HOUR))
     opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, plan_file=plan_file)
     code = (
         "import json, sys\n"
-        "from airflow_provider_kappa.spark.iceberg_source import KappaIcebergStreamReader, table_spark_schema\n"
+        "from airflow_provider_kappa.spark.source.reader import KappaIcebergStreamReader\n"
+        "from airflow_provider_kappa.spark.source.tables import table_spark_schema\n"
         f"opts = json.loads({json.dumps(json.dumps(opts))})\n"
         "reader = KappaIcebergStreamReader(table_spark_schema(opts), opts)\n"
         "start = reader.initialOffset()\n"

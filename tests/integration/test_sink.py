@@ -18,7 +18,7 @@ from lake import T0, create_summary_table, sorted_rows, summary_row, summary_tab
 from airflow_provider_kappa.exceptions import KappaSinkError
 from airflow_provider_kappa.backfill.publish import publish_window
 from airflow_provider_kappa.spark.datasource import SHORT_NAME, KappaIcebergDataSource
-from airflow_provider_kappa.spark.iceberg_sink import KappaCommitMessage, KappaIcebergStreamWriter
+from airflow_provider_kappa.spark.sink import KappaCommitMessage, KappaIcebergStreamWriter
 from airflow_provider_kappa.spark.staging import clear_slice, ensure_staging_table, staging_table_name, staging_tables
 
 TARGET = "prod.summary"

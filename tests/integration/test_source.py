@@ -14,7 +14,9 @@ from lake import T0, append_events, create_events_table, event
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
 from airflow_provider_kappa.spark.datasource import KappaIcebergDataSource
-from airflow_provider_kappa.spark.iceberg_source import FilePartition, KappaIcebergStreamReader, table_spark_schema
+from airflow_provider_kappa.spark.source.partitions import FilePartition
+from airflow_provider_kappa.spark.source.reader import KappaIcebergStreamReader
+from airflow_provider_kappa.spark.source.tables import table_spark_schema
 from airflow_provider_kappa.timeparse import to_micros
 
 MIN = 60_000_000
@@ -308,7 +310,7 @@ def test_direct_parquet_read_gives_exactly_the_rows_of_a_pyiceberg_scan(catalog:
     from pyiceberg.types import StringType
     from pyspark.sql.types import StructType
 
-    from airflow_provider_kappa.spark.iceberg_source import read_parquet_direct
+    from airflow_provider_kappa.spark.source.read import read_parquet_direct
 
     table = create_events_table(catalog, "raw.events")
     with table.transaction() as tx:
@@ -371,8 +373,8 @@ def test_make_partitions_balances_in_range_bytes_and_keeps_every_file_once_in_or
     """Files straddling the batch start (late rows of the previous cell) weigh only their share
     of the range, so two tasks get about the same work; every file lands in exactly one task,
     tasks are contiguous runs of the lower-bound order."""
-    from airflow_provider_kappa.spark.iceberg_source import ReadContext, in_range_bytes, make_partitions
-    from airflow_provider_kappa.spark.scan_plan import FileSpan
+    from airflow_provider_kappa.spark.source.file_index import FileSpan
+    from airflow_provider_kappa.spark.source.partitions import ReadContext, in_range_bytes, make_partitions
 
     ctx = ReadContext("raw.e", "file:///w", "{}", {}, ("event_id",), "ingestion_ts")
     a, b = 100 * MIN, 115 * MIN

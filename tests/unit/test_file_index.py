@@ -1,4 +1,5 @@
-"""Manifest-statistics planning and the admission grid (real pyiceberg tables, no Spark)."""
+"""Data files by ingestion bounds from manifest statistics, and the admission grid
+(spark/source/file_index.py, grid.py, manifests.py, snapshots.py; real pyiceberg tables, no Spark)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 from lake import T0, append_events, create_events_table, event
 
 from airflow_provider_kappa.exceptions import KappaSourceError
-from airflow_provider_kappa.spark import scan_plan
-from airflow_provider_kappa.spark.scan_plan import FileSpan, Presence, SpanIndex
+from airflow_provider_kappa.spark.source.file_index import FileSpan, SpanIndex
+from airflow_provider_kappa.spark.source.grid import Presence, capped_batch_end, grid_batch_end
+from airflow_provider_kappa.spark.source.manifests import added_files, file_spans, table_ingestion_range
+from airflow_provider_kappa.spark.source.snapshots import snapshots_after
 from airflow_provider_kappa.timeparse import to_micros
 
 MIN = 60_000_000
@@ -27,40 +30,40 @@ def _span(lo: int | None, hi: int | None, name: str = "f", rows: int = 10, size:
     return FileSpan(name, "PARQUET", rows, size, lo, hi)
 
 
-def test_plan_files_sorted_by_lower_bound_with_exact_bounds(catalog: Any) -> None:
+def test_file_spans_sorted_by_lower_bound_with_exact_bounds(catalog: Any) -> None:
     table = create_events_table(catalog, "raw.events")
     _append(table, [70, 80], 0)  # hour 1
     _append(table, [5, 10, 50], 10)  # hour 0, committed later with earlier ingestion
-    spans = scan_plan.plan_files(table, None, "ingestion_ts", None, None)
+    spans = file_spans(table, None, "ingestion_ts", None, None)
     assert [(s.lower_micros, s.upper_micros) for s in spans] == [
         (T0_US + 5 * MIN, T0_US + 50 * MIN),
         (T0_US + 70 * MIN, T0_US + 80 * MIN),
     ]
     assert [s.record_count for s in spans] == [3, 2]
     assert all(s.file_format == "PARQUET" and s.file_size_in_bytes > 0 and not s.deletes for s in spans)
-    assert scan_plan.table_ingestion_range(table, None, "ingestion_ts") == (T0_US + 5 * MIN, T0_US + 80 * MIN)
+    assert table_ingestion_range(table, None, "ingestion_ts") == (T0_US + 5 * MIN, T0_US + 80 * MIN)
 
 
-def test_plan_files_keeps_only_files_intersecting_the_range(catalog: Any) -> None:
+def test_file_spans_keeps_only_files_intersecting_the_range(catalog: Any) -> None:
     table = create_events_table(catalog, "raw.events")
     _append(table, [5, 10], 0)
     _append(table, [70, 80], 10)
     _append(table, [130, 140], 20)
     # [T0+10min, T0+70min): the first file (upper == start) and second (lower < end) intersect
-    spans = scan_plan.plan_files(table, None, "ingestion_ts", T0_US + 10 * MIN, T0_US + 70 * MIN + 1)
+    spans = file_spans(table, None, "ingestion_ts", T0_US + 10 * MIN, T0_US + 70 * MIN + 1)
     assert [s.lower_micros for s in spans] == [T0_US + 5 * MIN, T0_US + 70 * MIN]
     # end is exclusive: a file whose lower bound equals the end is out
-    spans = scan_plan.plan_files(table, None, "ingestion_ts", T0_US + 11 * MIN, T0_US + 70 * MIN)
+    spans = file_spans(table, None, "ingestion_ts", T0_US + 11 * MIN, T0_US + 70 * MIN)
     assert spans == []
 
 
-def test_plan_files_at_a_pinned_snapshot_ignores_later_commits(catalog: Any) -> None:
+def test_file_spans_at_a_pinned_snapshot_ignores_later_commits(catalog: Any) -> None:
     table = create_events_table(catalog, "raw.events")
     _append(table, [5], 0)
     pinned = table.current_snapshot().snapshot_id
     _append(table, [6], 1)
-    assert len(scan_plan.plan_files(table, pinned, "ingestion_ts", None, None)) == 1
-    assert len(scan_plan.plan_files(table, None, "ingestion_ts", None, None)) == 2
+    assert len(file_spans(table, pinned, "ingestion_ts", None, None)) == 1
+    assert len(file_spans(table, None, "ingestion_ts", None, None)) == 2
 
 
 def test_files_without_statistics_get_bounds_from_the_hour_partition(catalog: Any) -> None:
@@ -68,7 +71,7 @@ def test_files_without_statistics_get_bounds_from_the_hour_partition(catalog: An
     with table.transaction() as tx:
         tx.set_properties({"write.metadata.metrics.default": "none"})
     _append(table, [5, 10], 0)
-    (span,) = scan_plan.plan_files(table, None, "ingestion_ts", None, None)
+    (span,) = file_spans(table, None, "ingestion_ts", None, None)
     assert (span.lower_micros, span.upper_micros) == (T0_US, T0_US + HOUR - 1)
 
 
@@ -80,7 +83,7 @@ def test_files_without_statistics_on_an_unpartitioned_table_are_unknown(catalog:
         "raw.flat", schema=RAW_EVENTS_SCHEMA, properties={"write.metadata.metrics.default": "none"}
     )
     _append(table, [5, 300], 0)
-    (span,) = scan_plan.plan_files(table, None, "ingestion_ts", T0_US + 100 * MIN, T0_US + 101 * MIN)
+    (span,) = file_spans(table, None, "ingestion_ts", T0_US + 100 * MIN, T0_US + 101 * MIN)
     assert span.lower_micros is None and span.upper_micros is None and not span.bounded
     # unknown bounds: present everywhere in the range, so no stretch is skipped
     presence = Presence([span], T0_US, T0_US + 10 * HOUR)
@@ -91,11 +94,11 @@ def test_errors_name_table_snapshot_and_column(catalog: Any) -> None:
     table = create_events_table(catalog, "raw.events")
     _append(table, [5], 0)
     with pytest.raises(KappaSourceError, match=r"'raw.events': snapshot 42 does not exist"):
-        scan_plan.plan_files(table, 42, "ingestion_ts", None, None)
+        file_spans(table, 42, "ingestion_ts", None, None)
     with pytest.raises(KappaSourceError, match=r"ingestion column 'landed_at' does not exist"):
-        scan_plan.plan_files(table, None, "landed_at", None, None)
+        file_spans(table, None, "landed_at", None, None)
     with pytest.raises(KappaSourceError, match=r"ingestion column 'account_id' has type long; expected timestamptz"):
-        scan_plan.plan_files(table, None, "account_id", None, None)
+        file_spans(table, None, "account_id", None, None)
 
 
 def test_snapshots_after_and_added_files_follow_commits(catalog: Any) -> None:
@@ -104,27 +107,27 @@ def test_snapshots_after_and_added_files_follow_commits(catalog: Any) -> None:
     first = table.current_snapshot().snapshot_id
     _append(table, [70, 130], 1)
     _append(table, [1], 3)  # late: lower ingestion time, committed last
-    chain = scan_plan.snapshots_after(table, first)
+    chain = snapshots_after(table, first)
     assert [r.operation for r in chain] == ["append", "append"]
     assert [r.added_records for r in chain] == [2, 1]
     assert [r.added_files for r in chain] == [2, 1]
-    files = scan_plan.added_files(table, [r.snapshot_id for r in chain], "ingestion_ts")
+    files = added_files(table, [r.snapshot_id for r in chain], "ingestion_ts")
     assert [s.lower_micros for s in files] == [T0_US + 1 * MIN, T0_US + 70 * MIN, T0_US + 130 * MIN]
-    assert len(scan_plan.snapshots_after(table, None)) == 3
+    assert len(snapshots_after(table, None)) == 3
     with pytest.raises(KappaSourceError, match="is not an ancestor"):
-        scan_plan.snapshots_after(table, 12345)
+        snapshots_after(table, 12345)
 
 
 def test_grid_batch_end_skips_empty_stretches_and_stays_on_the_grid() -> None:
     step = 15 * MIN
     presence = Presence([_span(T0_US + 1 * MIN, T0_US + 20 * MIN), _span(T0_US + 5 * HOUR, T0_US + 5 * HOUR)], T0_US, T0_US + 6 * HOUR)
-    assert scan_plan.grid_batch_end(T0_US, presence, step, T0_US + 6 * HOUR) == T0_US + 15 * MIN
-    assert scan_plan.grid_batch_end(T0_US + 15 * MIN, presence, step, T0_US + 6 * HOUR) == T0_US + 30 * MIN
+    assert grid_batch_end(T0_US, presence, step, T0_US + 6 * HOUR) == T0_US + 15 * MIN
+    assert grid_batch_end(T0_US + 15 * MIN, presence, step, T0_US + 6 * HOUR) == T0_US + 30 * MIN
     # from 30min the next data is at 5h: one batch [30min, 5h15min)
-    assert scan_plan.grid_batch_end(T0_US + 30 * MIN, presence, step, T0_US + 6 * HOUR) == T0_US + 5 * HOUR + step
-    assert scan_plan.grid_batch_end(T0_US + 5 * HOUR + step, presence, step, T0_US + 6 * HOUR) is None
+    assert grid_batch_end(T0_US + 30 * MIN, presence, step, T0_US + 6 * HOUR) == T0_US + 5 * HOUR + step
+    assert grid_batch_end(T0_US + 5 * HOUR + step, presence, step, T0_US + 6 * HOUR) is None
     # the read end caps the last batch
-    assert scan_plan.grid_batch_end(T0_US, presence, step, T0_US + 10 * MIN) == T0_US + 10 * MIN
+    assert grid_batch_end(T0_US, presence, step, T0_US + 10 * MIN) == T0_US + 10 * MIN
 
 
 def test_presence_is_the_clipped_union_of_spans() -> None:
@@ -150,17 +153,17 @@ def test_span_index_between_matches_a_linear_scan() -> None:
 def test_capped_batch_end_admits_whole_files_in_lower_bound_order() -> None:
     a, b, c, d = _span(0, 100, "a"), _span(10, 20, "b"), _span(10, 15, "c"), _span(40, 50, "d")
     # one file per batch: a alone, then the batch ends where b and c start
-    assert scan_plan.capped_batch_end([a, b, c, d], 0, 60, max_files=1) == 10
+    assert capped_batch_end([a, b, c, d], 0, 60, max_files=1) == 10
     # from 10, a (straddling) and b, c all start at 10: the group is admitted whole
-    assert scan_plan.capped_batch_end([a, b, c, d], 10, 60, max_files=1) == 40
-    assert scan_plan.capped_batch_end([a, b, c, d], 0, 60, max_files=3) == 40
-    assert scan_plan.capped_batch_end([a, b, c, d], 0, 60, max_files=10) == 60
-    assert scan_plan.capped_batch_end([a, b, c, d], 0, 60, max_rows=25) == 10
-    assert scan_plan.capped_batch_end([a, b, c, d], 0, 60) == 60
+    assert capped_batch_end([a, b, c, d], 10, 60, max_files=1) == 40
+    assert capped_batch_end([a, b, c, d], 0, 60, max_files=3) == 40
+    assert capped_batch_end([a, b, c, d], 0, 60, max_files=10) == 60
+    assert capped_batch_end([a, b, c, d], 0, 60, max_rows=25) == 10
+    assert capped_batch_end([a, b, c, d], 0, 60) == 60
 
 
 def test_file_spans_are_small_and_picklable(catalog: Any) -> None:
     table = create_events_table(catalog, "raw.events")
     _append(table, [5, 70], 0)
-    spans = scan_plan.plan_files(table, None, "ingestion_ts", None, None)
+    spans = file_spans(table, None, "ingestion_ts", None, None)
     assert pickle.loads(pickle.dumps(spans)) == spans

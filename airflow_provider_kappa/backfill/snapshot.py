@@ -1,0 +1,95 @@
+"""The snapshot step: pin the current snapshot of every source table a backfill reads, and tag it
+so that snapshot expiry cannot remove it mid-backfill; a backfill that publishes first locks the
+window of its targets (:func:`airflow_provider_kappa.backfill.lock.lock`).
+
+No Airflow import here; pyiceberg is imported inside functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_kappa.backfill.lock import DEFAULT_TAG_RETENTION, lock, release_target
+from airflow_provider_kappa.exceptions import KappaSourceError
+
+if TYPE_CHECKING:
+    from airflow_provider_kappa.backfill.steps import Backfill
+
+log = logging.getLogger(__name__)
+
+
+def snapshot(bf: Backfill, *, tag: bool = True, retention: timedelta = DEFAULT_TAG_RETENTION) -> dict[str, int]:
+    """Lock the window of every sink's target (a backfill that publishes; see
+    :func:`airflow_provider_kappa.backfill.lock.lock`), then pin the current snapshot of every source table read, and tag it so that snapshot expiry
+    cannot remove it during the backfill. A rerun with the same parameters finds its lock and
+    its tag, and reuses the snapshot it pins (its input does not change).
+
+    :param bf: the backfill.
+    :param tag: lock and create/reuse the tag (``kappa plan`` passes ``False``: it writes nothing).
+    :param retention: ``max-ref-age`` of a new tag, and how long the lock stays live.
+    :returns: concrete source name -> snapshot id.
+    :raises KappaConcurrencyError: another backfill holds an overlapping window of a target;
+        nothing was written.
+    :raises KappaSourceError: a missing table, or a table without any snapshot (no data).
+    """
+    if not (tag and bf.params.publishes):
+        return pin(bf, tag=tag, retention=retention)
+    pin(bf, tag=False, retention=retention)  # read only: refuse missing or empty sources before locking
+    taken = lock(bf, retention=retention)
+    try:
+        return pin(bf, tag=tag, retention=retention)
+    except BaseException:
+        for catalog, table in taken:  # a lock this call took for nothing is given back
+            release_target(bf, catalog, table)
+        raise
+
+
+def pin(bf: Backfill, *, tag: bool, retention: timedelta = DEFAULT_TAG_RETENTION) -> dict[str, int]:
+    """Pin the current snapshot of every source table read, without locking: with ``tag``, reuse
+    the snapshot of the backfill's tag, or tag the current one (a new tag lives ``retention``).
+
+    :returns: concrete source name -> snapshot id.
+    :raises KappaSourceError: a missing table, or a table without any snapshot (no data).
+    """
+    from airflow_provider_kappa.spark.catalog import load_table
+
+    pinned: dict[str, int] = {}
+    by_table: dict[tuple[str, str], int] = {}
+    for src in bf.sources().values():
+        key = (src.catalog, src.table)
+        if key in by_table:
+            pinned[src.name] = by_table[key]
+            continue
+        table = load_table(bf.catalog_for(src.catalog), src.table)
+        ref = table.metadata.refs.get(bf.tag)
+        if tag and ref is not None:
+            snap_id = ref.snapshot_id
+            log.info("source %s: reusing snapshot %s pinned by tag %s of %s", src.name, snap_id, bf.tag, src.table)
+        else:
+            current = table.current_snapshot()
+            if current is None:
+                raise KappaSourceError(
+                    f"source {src.name}: table {src.table!r} has no snapshot (it holds no data); nothing to backfill"
+                )
+            snap_id = current.snapshot_id
+            if tag:
+                _create_tag(table, snap_id, bf.tag, retention)
+                log.info("source %s: pinned snapshot %s of %s with tag %s", src.name, snap_id, src.table, bf.tag)
+        by_table[key] = pinned[src.name] = int(snap_id)
+    return pinned
+
+
+def _create_tag(table: Any, snapshot_id: int, name: str, retention: timedelta) -> None:
+    from pyiceberg.exceptions import CommitFailedException
+
+    try:
+        table.manage_snapshots().create_tag(
+            snapshot_id, name, max_ref_age_ms=int(retention.total_seconds() * 1000)
+        ).commit()
+    except CommitFailedException as e:  # another task created it first: reuse only if identical
+        table.refresh()
+        ref = table.metadata.refs.get(name)
+        if ref is None or ref.snapshot_id != snapshot_id:
+            raise KappaSourceError(f"tag {name!r} of {'.'.join(table.name())!r} could not be created: {e}") from e

@@ -1,0 +1,330 @@
+"""One ``kappa_iceberg`` read, described once: :class:`IcebergReadSpec`.
+
+The launcher writes it into the ``spark.kappa.*`` conf (:meth:`IcebergReadSpec.to_conf`),
+:mod:`~airflow_provider_kappa.spark.settings` reads it back (:meth:`IcebergReadSpec.from_conf`),
+``read_source`` turns it into reader options (:meth:`IcebergReadSpec.to_options`) and the reader
+parses and validates them (:meth:`IcebergReadSpec.from_options`). Field, conf key and option::
+
+    catalog, table, ingestion_column   source.<src>.<same>              <same>
+    snapshot_id, plan_file             source.<src>.<same>              <same> (bounded)
+    mode                               mode (live -> tail, backfill -> bounded)   mode
+    read_start_micros, read_end_micros read.start, read.end (ISO-8601)  <same> (bounded)
+    threshold_micros                   max_misalignment_threshold       max_misalignment_threshold (bounded)
+    align_with                         every iceberg source of the run  align_with (JSON list, bounded)
+    max_files_per_batch ... tail_non_append, options
+                                       source.<src>.option.<k>          <k>
+
+Mode, read range and threshold are the run's: the conf holds them once for every source
+(the launcher writes them), so :meth:`~IcebergReadSpec.to_conf` writes the source's keys only.
+Pure Python: the launcher imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Mapping, Sequence
+
+from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.spark.conf_keys import BACKFILL, PREFIX
+from airflow_provider_kappa.timeparse import format_duration, parse_duration, parse_timestamp, to_micros
+
+BOUNDED = "bounded"
+TAIL = "tail"
+DEFAULT_THRESHOLD = "15min"
+DEFAULT_THRESHOLD_MICROS = 15 * 60 * 1_000_000
+DEFAULT_MIN_PARTITIONS = 2
+DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+#: option names of :class:`IcebergReadSpec` fields: extra options (``option.<k>``) never override them
+SPEC_OPTIONS = (
+    "catalog", "table", "ingestion_column", "mode", "snapshot_id", "read_start_micros", "read_end_micros",
+    "max_misalignment_threshold", "align_with", "plan_file",
+)  # fmt: skip
+LIMIT_OPTIONS = ("max_files_per_batch", "max_rows_per_batch", "max_bytes_per_batch")
+TUNING_OPTIONS = (*LIMIT_OPTIONS, "min_partitions", "split_bytes", "starting", "tail_non_append")
+#: options that locate the catalog; ``read_source`` adds them (never credentials themselves)
+CATALOG_OPTIONS = ("catalog_properties", "catalogs_file")
+
+
+@dataclass(frozen=True)
+class AlignedTable:
+    """One iceberg source of the query that shares the admission grid (an ``align_with`` entry)."""
+
+    catalog: str
+    table: str
+    ingestion_column: str
+    snapshot_id: int | None = None
+    catalog_properties: Mapping[str, str] | None = None
+    plan_file: str | None = None
+
+    def to_item(self) -> dict[str, Any]:
+        """The entry as a JSON object of the ``align_with`` option."""
+        item: dict[str, Any] = {
+            "catalog": self.catalog,
+            "table": self.table,
+            "ingestion_column": self.ingestion_column,
+            "snapshot_id": self.snapshot_id,
+            "plan_file": self.plan_file,
+        }
+        if self.catalog_properties is not None:
+            item["catalog_properties"] = dict(self.catalog_properties)
+        return item
+
+
+@dataclass(frozen=True)
+class IcebergReadSpec:
+    """A ``kappa_iceberg`` read: one table, bounded at a pinned snapshot or tailing (docs/source.md).
+
+    :param catalog: catalog name.
+    :param table: ``namespace.table``.
+    :param ingestion_column: the timestamptz column set at ingestion.
+    :param mode: ``bounded`` (backfill) or ``tail`` (live).
+    :param snapshot_id: bounded: the pinned snapshot (``None``: current at query start).
+    :param read_start_micros: bounded: inclusive start of the ingestion range.
+    :param read_end_micros: bounded: exclusive end of it.
+    :param threshold_micros: bounded: ingestion time one micro-batch may advance (``None``: 15 min).
+    :param align_with: bounded: every iceberg source of the query (itself included).
+    :param plan_file: bounded: the launcher's file list of the table (:mod:`.file_list`).
+    :param options: other reader options, passed as they are.
+    """
+
+    catalog: str
+    table: str
+    ingestion_column: str
+    mode: str = BOUNDED
+    snapshot_id: int | None = None
+    read_start_micros: int | None = None
+    read_end_micros: int | None = None
+    threshold_micros: int | None = None
+    align_with: tuple[AlignedTable, ...] = ()
+    plan_file: str | None = None
+    max_files_per_batch: int | None = None
+    max_rows_per_batch: int | None = None
+    max_bytes_per_batch: int | None = None
+    min_partitions: int = DEFAULT_MIN_PARTITIONS
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    starting: str = "earliest"
+    tail_non_append: str = "fail"
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def grid_step_micros(self) -> int:
+        """The admission grid's step: the threshold, 15 min when none was given."""
+        return DEFAULT_THRESHOLD_MICROS if self.threshold_micros is None else self.threshold_micros
+
+    def aligned(self) -> AlignedTable:
+        """This read as an ``align_with`` entry."""
+        return AlignedTable(self.catalog, self.table, self.ingestion_column, self.snapshot_id, plan_file=self.plan_file)
+
+    def _tuning(self) -> dict[str, str]:
+        defaults = IcebergReadSpec("", "", "")
+        return {
+            k: str(getattr(self, k))
+            for k in TUNING_OPTIONS
+            if getattr(self, k) is not None and getattr(self, k) != getattr(defaults, k)
+        }
+
+    # ------------------------------------------------------------------------- reader options
+
+    def to_options(self) -> dict[str, str]:
+        """The reader options of this read (without the catalog's: ``read_source`` adds those)."""
+        out = {k: v for k, v in self.options.items() if k not in SPEC_OPTIONS}
+        out.update(self._tuning())
+        out.update({"catalog": self.catalog, "table": self.table, "ingestion_column": self.ingestion_column, "mode": self.mode})
+        if self.snapshot_id is not None:
+            out["snapshot_id"] = str(self.snapshot_id)
+        if self.read_start_micros is not None:
+            out["read_start_micros"] = str(self.read_start_micros)
+        if self.read_end_micros is not None:
+            out["read_end_micros"] = str(self.read_end_micros)
+        if self.threshold_micros is not None:
+            out["max_misalignment_threshold"] = format_duration(timedelta(microseconds=self.threshold_micros))
+        if self.align_with:
+            out["align_with"] = json.dumps([a.to_item() for a in self.align_with])
+        if self.plan_file is not None:
+            out["plan_file"] = self.plan_file
+        return out
+
+    @staticmethod
+    def from_options(options: Mapping[str, str]) -> IcebergReadSpec:
+        """Validate reader options (those given to ``spark.readStream.format("kappa_iceberg")``).
+
+        :raises KappaConfigError: naming the option, the bad value and what is expected.
+        """
+        opts = {str(k): str(v) for k, v in options.items()}
+        mode = _choice(opts, "mode", (BOUNDED, TAIL), BOUNDED)
+        threshold = opts.get("max_misalignment_threshold", "").strip()
+        threshold_micros = None
+        if threshold:
+            step = parse_duration(threshold, "kappa_iceberg option max_misalignment_threshold")
+            threshold_micros = round(step.total_seconds() * 1_000_000)
+        start = _integer(opts, "read_start_micros")
+        end = _integer(opts, "read_end_micros")
+        if start is not None and end is not None and end <= start:
+            raise KappaConfigError(f"kappa_iceberg: read_end_micros={end} must be greater than read_start_micros={start}")
+        limits = {k: _integer(opts, k, 1) for k in LIMIT_OPTIONS}
+        if sum(v is not None for v in limits.values()) > 1:
+            raise KappaConfigError(
+                "kappa_iceberg: set at most one of max_files_per_batch, max_rows_per_batch, max_bytes_per_batch "
+                f"(got {sorted(k for k, v in limits.items() if v is not None)})"
+            )
+        plan_file = opts.get("plan_file", "").strip() or None
+        if plan_file is not None and mode != BOUNDED:
+            raise KappaConfigError(f"kappa_iceberg: option plan_file={plan_file!r} is for mode 'bounded', not {mode!r}")
+        known = {*SPEC_OPTIONS, *TUNING_OPTIONS, *CATALOG_OPTIONS}
+        return IcebergReadSpec(
+            catalog=_required(opts, "catalog"),
+            table=_required(opts, "table"),
+            ingestion_column=_required(opts, "ingestion_column"),
+            mode=mode,
+            snapshot_id=_integer(opts, "snapshot_id"),
+            read_start_micros=start,
+            read_end_micros=end,
+            threshold_micros=threshold_micros,
+            align_with=_parse_align_with(opts.get("align_with", "")),
+            plan_file=plan_file,
+            max_files_per_batch=limits["max_files_per_batch"],
+            max_rows_per_batch=limits["max_rows_per_batch"],
+            max_bytes_per_batch=limits["max_bytes_per_batch"],
+            min_partitions=_integer(opts, "min_partitions", 1) or DEFAULT_MIN_PARTITIONS,
+            split_bytes=_integer(opts, "split_bytes", 1) or DEFAULT_SPLIT_BYTES,
+            starting=_choice(opts, "starting", ("earliest", "latest"), "earliest"),
+            tail_non_append=_choice(opts, "tail_non_append", ("fail", "skip"), "fail"),
+            options={k: v for k, v in opts.items() if k not in known},
+        )
+
+    # ------------------------------------------------------------------------- spark.kappa.* conf
+
+    def to_conf(self, name: str, candidate: str) -> dict[str, str]:
+        """The ``spark.kappa.source.<name>.*`` keys of this read (the run's keys, mode, read range
+        and threshold, are written once by the launcher for every source).
+
+        :param name: the name the job passes to ``read_source``.
+        :param candidate: the concrete source chosen for it.
+        """
+        key = f"{PREFIX}source.{name}."
+        out = {
+            key + "type": "iceberg",
+            key + "candidate": candidate,
+            key + "catalog": self.catalog,
+            key + "table": self.table,
+            key + "ingestion_column": self.ingestion_column,
+        }
+        if self.snapshot_id is not None:
+            out[key + "snapshot_id"] = str(self.snapshot_id)
+        if self.plan_file is not None:
+            out[key + "plan_file"] = self.plan_file
+        extra = {k: v for k, v in self.options.items() if k not in SPEC_OPTIONS}
+        out.update({key + "option." + k: v for k, v in {**extra, **self._tuning()}.items()})
+        return out
+
+    @staticmethod
+    def from_conf(name: str, conf: Mapping[str, str]) -> IcebergReadSpec:
+        """The read of iceberg source ``name`` under a run's ``spark.kappa.*`` conf: its own keys,
+        the run's mode, read range and threshold, every iceberg source of the run as ``align_with``.
+
+        :param name: the source's name (``spark.kappa.source.<name>.*``).
+        :param conf: the Spark conf (full keys).
+        :raises KappaConfigError: for missing or malformed keys, naming the key.
+        """
+        own = _source_keys(conf, name)
+        table = _aligned_of_conf(name, own)
+        options = {k[len("option.") :]: v for k, v in own.items() if k.startswith("option.")}
+        options = {k: v for k, v in options.items() if k not in SPEC_OPTIONS}
+        bounded = conf.get(PREFIX + "mode") == BACKFILL
+        options.update(
+            catalog=table.catalog, table=table.table, ingestion_column=table.ingestion_column, mode=BOUNDED if bounded else TAIL
+        )
+        if bounded:
+            if table.snapshot_id is not None:
+                options["snapshot_id"] = str(table.snapshot_id)
+            if table.plan_file is not None:
+                options["plan_file"] = table.plan_file
+            for key, opt in (("read.start", "read_start_micros"), ("read.end", "read_end_micros")):
+                if conf.get(PREFIX + key):
+                    options[opt] = str(to_micros(parse_timestamp(conf[PREFIX + key], PREFIX + key)))
+            threshold = conf.get(PREFIX + "max_misalignment_threshold")
+            if threshold:
+                step = parse_duration(threshold, PREFIX + "max_misalignment_threshold")
+                options["max_misalignment_threshold"] = format_duration(step)
+            names = sorted({k[len(PREFIX + "source.") :].partition(".")[0] for k in conf if k.startswith(PREFIX + "source.")})
+            aligned = [_aligned_of_conf(n, keys) for n in names if (keys := _source_keys(conf, n)).get("type") == "iceberg"]
+            options["align_with"] = json.dumps([a.to_item() for a in aligned])
+        return IcebergReadSpec.from_options(options)
+
+
+def _source_keys(conf: Mapping[str, str], name: str) -> dict[str, str]:
+    key = f"{PREFIX}source.{name}."
+    return {k[len(key) :]: v for k, v in conf.items() if k.startswith(key)}
+
+
+def _aligned_of_conf(name: str, keys: Mapping[str, str]) -> AlignedTable:
+    """The table, snapshot and file list of iceberg source ``name`` (its keys, prefix removed)."""
+    where = f"{PREFIX}source.{name}"
+    snap = keys.get("snapshot_id")
+    try:
+        snapshot_id = int(snap) if snap else None
+    except ValueError as e:
+        raise KappaConfigError(f"{where}.snapshot_id: {snap!r} is not an integer snapshot id") from e
+    for req in ("catalog", "table", "ingestion_column"):
+        if not keys.get(req):
+            raise KappaConfigError(f"{where}.{req}: missing from the Spark conf")
+    return AlignedTable(
+        keys["catalog"], keys["table"], keys["ingestion_column"], snapshot_id, plan_file=keys.get("plan_file") or None
+    )
+
+
+def _required(opts: Mapping[str, str], key: str) -> str:
+    value = opts.get(key, "").strip()
+    if not value:
+        raise KappaConfigError(f"kappa_iceberg: option {key!r} is required")
+    return value
+
+
+def _integer(opts: Mapping[str, str], key: str, minimum: int | None = None) -> int | None:
+    value = opts.get(key, "").strip()
+    if not value:
+        return None
+    try:
+        number = int(value)
+    except ValueError as e:
+        raise KappaConfigError(f"kappa_iceberg: option {key}={value!r} is not an integer") from e
+    if minimum is not None and number < minimum:
+        raise KappaConfigError(f"kappa_iceberg: option {key}={value!r} must be >= {minimum}")
+    return number
+
+
+def _choice(opts: Mapping[str, str], key: str, allowed: Sequence[str], default: str) -> str:
+    value = opts.get(key, "").strip() or default
+    if value not in allowed:
+        raise KappaConfigError(f"kappa_iceberg: option {key}={value!r}; allowed: {list(allowed)}")
+    return value
+
+
+def _parse_align_with(text: str) -> tuple[AlignedTable, ...]:
+    if not text.strip():
+        return ()
+    try:
+        items = json.loads(text)
+        if not isinstance(items, list):
+            raise ValueError("not a JSON list")
+        out = []
+        for item in items:
+            snap = item.get("snapshot_id")
+            out.append(
+                AlignedTable(
+                    catalog=str(item["catalog"]),
+                    table=str(item["table"]),
+                    ingestion_column=str(item["ingestion_column"]),
+                    snapshot_id=int(snap) if snap not in (None, "") else None,
+                    catalog_properties=item.get("catalog_properties"),
+                    plan_file=item.get("plan_file") or None,
+                )
+            )
+        return tuple(out)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise KappaConfigError(
+            f"kappa_iceberg: option align_with={text!r} must be a JSON list of "
+            '{"catalog", "table", "ingestion_column", "snapshot_id"} objects'
+        ) from e
