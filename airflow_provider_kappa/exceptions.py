@@ -28,3 +28,13 @@ class KappaValidationError(KappaError):
 
 class KappaConcurrencyError(KappaError):
     """Another backfill already holds an overlapping window of the same target."""
+
+
+class KappaCatalogConflictError(KappaError):
+    """A catalog commit kept conflicting with other writers (another backfill tagging the same
+    source table, say) after its retries; the step may be retried as it is."""
+
+
+class KappaEngineError(KappaError):
+    """A Spark run of a slice failed: its spark-submit, its Spark Connect session, or the
+    Spark Connect server it runs on (not started, or gone)."""

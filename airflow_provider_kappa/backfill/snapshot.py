@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.backfill.lock import DEFAULT_TAG_RETENTION, lock, release_target
-from airflow_provider_kappa.exceptions import KappaSourceError
+from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaSourceError
 
 if TYPE_CHECKING:
     from airflow_provider_kappa.backfill.steps import Backfill
@@ -81,15 +81,39 @@ def pin(bf: Backfill, *, tag: bool, retention: timedelta = DEFAULT_TAG_RETENTION
     return pinned
 
 
+#: attempts to create a tag when other writers (backfills tagging the same table) keep committing first
+TAG_ATTEMPTS = 8
+
+
 def _create_tag(table: Any, snapshot_id: int, name: str, retention: timedelta) -> None:
+    """Tag ``snapshot_id`` of ``table`` as ``name``; a commit that loses a race with another writer
+    (another backfill tagging the same source table, an ingestion commit) is retried on the
+    refreshed table, and a tag another task of this backfill created first is reused."""
+    import random
+    import time
+
     from pyiceberg.exceptions import CommitFailedException
 
-    try:
-        table.manage_snapshots().create_tag(
-            snapshot_id, name, max_ref_age_ms=int(retention.total_seconds() * 1000)
-        ).commit()
-    except CommitFailedException as e:  # another task created it first: reuse only if identical
-        table.refresh()
+    for attempt in range(1, TAG_ATTEMPTS + 1):
         ref = table.metadata.refs.get(name)
-        if ref is None or ref.snapshot_id != snapshot_id:
-            raise KappaSourceError(f"tag {name!r} of {'.'.join(table.name())!r} could not be created: {e}") from e
+        if ref is not None:
+            if ref.snapshot_id != snapshot_id:
+                raise KappaSourceError(
+                    f"tag {name!r} of {'.'.join(table.name())!r} points at snapshot {ref.snapshot_id}, "
+                    f"not the pinned snapshot {snapshot_id}; release it or rerun with the same parameters"
+                )
+            return
+        try:
+            table.manage_snapshots().create_tag(
+                snapshot_id, name, max_ref_age_ms=int(retention.total_seconds() * 1000)
+            ).commit()
+            return
+        except CommitFailedException as e:
+            if attempt == TAG_ATTEMPTS:
+                raise KappaCatalogConflictError(
+                    f"tag {name!r} of {'.'.join(table.name())!r}: the catalog refused {TAG_ATTEMPTS} commits "
+                    f"because other writers committed first ({e}); retry the step"
+                ) from e
+            log.info("tag %s of %s: commit lost a race (%s); retrying on the refreshed table", name, table.name(), e)
+            time.sleep(random.uniform(0.01, 0.05) * attempt)
+            table.refresh()

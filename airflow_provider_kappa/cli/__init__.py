@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from airflow_provider_kappa.exceptions import KappaError
+from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaError
 
 VERBS = {
     "demo": "embedded default: local lake, live run, incident, backfill, report",
@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"airflow_provider_kappa.cli.{args.verb}")
     try:
         return int(module.run(args))
+    except KappaCatalogConflictError as e:  # transient: the same command may succeed when rerun
+        print(f"kappa {args.verb}: error: {e}", file=sys.stderr)
+        return 1
     except KappaError as e:
         print(f"kappa {args.verb}: error: {e}", file=sys.stderr)
         return 2

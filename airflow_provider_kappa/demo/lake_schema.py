@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_kappa.spark.catalog import ensure_namespace
+
 INGESTION_COLUMN = "ingestion_ts"
 
 
@@ -49,7 +51,7 @@ def create_raw_table(catalog: Any, identifier: str) -> Any:
     from pyiceberg.transforms import HourTransform
 
     namespace = identifier.rsplit(".", 1)[0]
-    catalog.create_namespace_if_not_exists(namespace)
+    ensure_namespace(catalog, namespace)
     spec = PartitionSpec(PartitionField(source_id=5, field_id=1000, transform=HourTransform(), name="ingestion_hour"))
     return catalog.create_table(identifier, schema=_schema(), partition_spec=spec)
 

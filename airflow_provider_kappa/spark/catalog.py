@@ -97,3 +97,22 @@ def load_table(catalog: Catalog, identifier: str) -> Table:
         return catalog.load_table(identifier)
     except NoSuchTableError as e:
         raise KappaSourceError(f"table {identifier!r} does not exist in catalog {catalog.name!r}") from e
+
+
+def ensure_namespace(catalog: Catalog, namespace: str) -> None:
+    """Create ``namespace`` unless it exists, tolerating a concurrent creator.
+
+    pyiceberg's ``create_namespace_if_not_exists`` checks, then inserts: two backfills creating
+    the staging namespace of a fresh catalog at once can both pass the check, and the loser's
+    insert fails (sqlite/PostgreSQL ``IntegrityError`` in a SqlCatalog). When the namespace exists
+    after such a failure, another creator won the race and there is nothing to do; otherwise the
+    failure is raised as it is.
+
+    :param catalog: the pyiceberg catalog.
+    :param namespace: the namespace, dotted.
+    """
+    try:
+        catalog.create_namespace_if_not_exists(namespace)
+    except Exception:
+        if not catalog.namespace_exists(namespace):
+            raise

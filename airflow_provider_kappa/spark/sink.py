@@ -44,6 +44,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError
+from airflow_provider_kappa.spark.catalog import ensure_namespace
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -403,7 +404,7 @@ def create_target_table(catalog: Catalog, identifier: str, schema: StructType, t
 
     arrow = _spark_arrow_schema(schema)
     arrow = pa.schema([f.with_nullable(True) for f in arrow])
-    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
+    ensure_namespace(catalog, identifier.rsplit(".", 1)[0])
     try:
         with catalog.create_table_transaction(identifier, schema=arrow) as tx:
             if time_column in arrow.names and pa.types.is_timestamp(arrow.field(time_column).type):

@@ -21,6 +21,7 @@ import re
 from typing import TYPE_CHECKING
 
 from airflow_provider_kappa.exceptions import KappaSinkError
+from airflow_provider_kappa.spark.catalog import ensure_namespace
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -81,7 +82,7 @@ def ensure_staging_table(catalog: Catalog, target_table: str, staging_table: str
             "a backfill stages output shaped like an existing target"
         ) from e
     namespace = staging_table.rsplit(".", 1)[0]
-    catalog.create_namespace_if_not_exists(namespace)
+    ensure_namespace(catalog, namespace)
     try:
         staged = catalog.load_table(staging_table)
     except NoSuchTableError:
