@@ -7,6 +7,7 @@ No Airflow import here; pyiceberg is imported inside functions.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -18,7 +19,12 @@ if TYPE_CHECKING:
     from airflow_provider_kappa.backfill.steps import Backfill
 
 
-def check_inputs(bf: Backfill, *, runs: bool = True) -> None:
+#: most slices one backfill may have (Airflow's default ``core.max_map_length``): more means a
+#: slice too short for the window, and a plan that would take long and hold much memory
+MAX_SLICES = 1024
+
+
+def check_inputs(bf: Backfill, *, runs: bool = True, max_slices: int = MAX_SLICES) -> None:
     """Refuse bad input before anything is written (no lock, no tag, no checkpoint): the source
     tables read must exist with a timestamp ingestion column (opening them proves the catalogs
     can be reached); a backfill that runs (``runs``) also needs the job's application file and
@@ -26,13 +32,73 @@ def check_inputs(bf: Backfill, *, runs: bool = True) -> None:
 
     :param bf: the backfill.
     :param runs: the backfill will run the job (``kappa backfill``, the DAG's snapshot task).
-    :raises KappaConfigError: a missing application, an unreachable catalog.
+    :param max_slices: the most slices allowed (the DAG passes Airflow's ``max_map_length``).
+    :raises KappaConfigError: too many slices, a missing application, an unwritable
+        ``checkpoint_root``, an unreachable catalog.
     :raises KappaSourceError: a missing source table or ingestion column.
     :raises KappaSinkError: a missing target table or ``time_column``.
     """
+    check_slice_count(bf, max_slices)
     if runs:
         check_application(bf.cfg)
     check_tables(bf.cfg, bf.params.sources, bf.catalog_for, sinks=runs)
+    if runs:
+        check_checkpoint_root(bf.cfg)
+
+
+def check_slice_count(bf: Backfill, max_slices: int = MAX_SLICES) -> int:
+    """Refuse a backfill of more than ``max_slices`` slices, before any lock or plan.
+
+    :returns: the slice count.
+    :raises KappaConfigError: naming the count, the limit and the slice length that fits.
+    """
+    from airflow_provider_kappa.backfill.params import human_duration
+    from airflow_provider_kappa.backfill.plan import slice_count
+
+    count = slice_count(bf.params)
+    if count > max_slices:
+        span = bf.params.end - bf.params.start if bf.params.mode == "parallel" else bf.params.read_end - bf.params.read_start
+        fits = -(-span // max_slices)
+        units = (timedelta(days=1), timedelta(hours=1), timedelta(minutes=1), timedelta(seconds=1))
+        unit = next((u for u in units if fits >= u), units[-1])
+        fits = -(-fits // unit) * unit  # rounded up to a whole day, hour, minute or second
+        raise KappaConfigError(
+            f"backfill parameter slice: {human_duration(bf.params.slice)} cuts the window "
+            f"[{bf.params.start.isoformat()}, {bf.params.end.isoformat()}) into {count} slices; at most "
+            f"{max_slices} are allowed; use a slice of at least {human_duration(fits)} or a shorter window"
+        )
+    return count
+
+
+def check_checkpoint_root(cfg: JobConfig) -> None:
+    """Refuse a ``job.checkpoint_root`` this process cannot write, before any lock or tag: a probe
+    file is written into ``<checkpoint_root>/<job>/`` and removed, with the folders it created.
+
+    :raises KappaConfigError: naming the folder and the error.
+    """
+    import uuid
+
+    from pyarrow.fs import FileType
+
+    from airflow_provider_kappa.spark.storage import filesystem, write_text
+
+    root = f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}"
+    fs, path = filesystem(root, "job.checkpoint_root", KappaConfigError)
+    created = None  # the topmost folder the probe creates
+    folder = path
+    while folder and fs.get_file_info(folder).type == FileType.NotFound:
+        created, folder = folder, folder.rsplit("/", 1)[0] if "/" in folder else ""
+    probe = f"{path}/.kappa-write-probe-{uuid.uuid4().hex}"
+    try:
+        write_text(fs, probe, "probe")
+        fs.delete_file(probe)
+        if created is not None:
+            fs.delete_dir(created)
+    except OSError as e:
+        raise KappaConfigError(
+            f"job.checkpoint_root: {cfg.job.checkpoint_root!r} cannot be written ({e}); "
+            "expected a folder this process can create files in"
+        ) from e
 
 
 def check_application(cfg: JobConfig) -> Path:

@@ -221,6 +221,19 @@ def aligned_grid(range_start: datetime, range_end: datetime, step: timedelta) ->
     return cells
 
 
+def slice_count(params: BackfillParams) -> int:
+    """How many slices :func:`slice_bounds` gives, computed without building them.
+
+    :param params: validated backfill parameters.
+    """
+    size = round(params.slice.total_seconds() * 1_000_000)
+    if params.mode == PARALLEL:
+        lo, hi = to_micros(params.start), to_micros(params.end)
+    else:
+        lo, hi = to_micros(params.read_start), to_micros(params.read_end)
+    return -(-hi // size) - lo // size
+
+
 def slice_bounds(params: BackfillParams) -> list[tuple[datetime, datetime, datetime, datetime]]:
     """``(read_start, read_end, owns_start, owns_end)`` of every slice, in order.
 

@@ -35,9 +35,12 @@ class KappaSnapshotOperator(KappaBackfillBaseOperator):
         from airflow_provider_kappa.backfill.snapshot import snapshot
         from airflow_provider_kappa.timeparse import parse_duration
 
+        from airflow.configuration import conf
+
         bf = self.load_backfill(context)
         with fail_fast(f"{self.task_id}: inputs", PERMANENT_INPUT):
-            check_inputs(bf)
+            # one mapped slice task per slice: more than max_map_length could never run
+            check_inputs(bf, max_slices=conf.getint("core", "max_map_length", fallback=1024))
         with fail_fast(f"{self.task_id}: snapshot"):
             retention = parse_duration(self.tag_retention, "tag_retention")
             self.log.info("backfill %s: parameters %s", bf.id, bf.params.to_dict())

@@ -1,0 +1,71 @@
+"""Pre-flight before any lock or tag (issue 18 item 4 and 6): a backfill of too many slices and a
+``checkpoint_root`` that cannot be written are refused with exit 2, naming the key, the value and
+what is allowed, and nothing is written (no lock, no tag, no checkpoint)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
+import pytest
+import yaml
+from airflow_env import write_job_config
+from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sorted_rows
+
+from airflow_provider_kappa.backfill.checks import MAX_SLICES
+from airflow_provider_kappa.cli import main
+
+
+def refused(capsys: pytest.CaptureFixture[str], catalog: Any, config: Path, argv: list[str]) -> str:
+    before = sorted_rows(catalog.load_table("prod.playback_sessions"))
+    errors = []
+    for verb in ("plan", "backfill"):
+        code = main([verb, "--config", str(config), *argv])
+        _, err = capsys.readouterr()
+        assert code == 2 and err.startswith(f"kappa {verb}: error: "), err
+        errors.append(err)
+    target = catalog.load_table("prod.playback_sessions")
+    assert sorted_rows(target) == before
+    assert not [k for k in target.properties if k.startswith("kappa.backfill.lock.")]
+    assert not [r for r in catalog.load_table("raw.playbacks").metadata.refs if r.startswith("kappa-")]
+    return errors[-1]
+
+
+def test_too_many_slices_are_refused_before_any_lock(
+    tmp_path: Path, catalog_props: dict[str, str], catalog: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_job_config(tmp_path, catalog_props)
+    seed_sessions_incident(catalog)
+    err = refused(capsys, catalog, config, ["--start", INCIDENT_START.isoformat(), "--end", "2027-11-01T00:00:00Z", "--slice", "1h"])
+    assert "backfill parameter slice: 1h cuts the window" in err and f"at most {MAX_SLICES} are allowed" in err, err
+    assert "use a slice of at least 9h" in err, err
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_an_unwritable_checkpoint_root_is_refused_before_any_lock(
+    tmp_path: Path, catalog_props: dict[str, str], catalog: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_job_config(tmp_path, catalog_props)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    raw = yaml.safe_load(config.read_text())
+    raw["job"]["checkpoint_root"] = str(blocker / "checkpoints")
+    config.write_text(yaml.safe_dump(raw))
+    seed_sessions_incident(catalog)
+    code = main(["backfill", "--config", str(config), "--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()])
+    _, err = capsys.readouterr()
+    assert code == 2, err
+    assert f"job.checkpoint_root: {str(blocker / 'checkpoints')!r} cannot be written" in err, err
+    target = catalog.load_table("prod.playback_sessions")
+    assert not [k for k in target.properties if k.startswith("kappa.backfill.lock.")]
+    assert not [r for r in catalog.load_table("raw.playbacks").metadata.refs if r.startswith("kappa-")]
+
+
+def test_the_probe_leaves_no_folder_behind(tmp_path: Path, catalog_props: dict[str, str]) -> None:
+    from airflow_provider_kappa.backfill.checks import check_checkpoint_root
+    from airflow_provider_kappa.backfill.config import load_config
+
+    config = write_job_config(tmp_path, catalog_props)
+    check_checkpoint_root(load_config(config))
+    assert not (tmp_path / "checkpoints").exists()
