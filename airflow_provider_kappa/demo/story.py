@@ -32,7 +32,7 @@ from airflow_provider_kappa.backfill.params import MODES
 from airflow_provider_kappa.examples import JOBS
 from airflow_provider_kappa.timeparse import format_duration
 
-EXAMPLES = Path(__file__).parent / "examples"
+EXAMPLES = Path(__file__).parents[1] / "examples"
 MARKER = ".kappa-demo"
 WARMUP = timedelta(minutes=30)
 #: The incident window ends this long before the lake does; a sequential backfill's tail

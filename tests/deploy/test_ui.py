@@ -8,6 +8,7 @@ with the reason when the form is submitted.
 
 from __future__ import annotations
 
+import json
 import struct
 import time
 from pathlib import Path
@@ -20,12 +21,10 @@ from servers.browser import Chromium, Page, headless_chromium, login_airflow
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "kappa_backfill_rmi"
-PARAMS = [
-    "start", "end", "sources", "slice", "max_misalignment_threshold", "warmup",
-    "tail", "mode", "dry_run", "publish", "min_match",
-]  # fmt: skip
+BASIC = ["start", "end", "sources", "mode", "dry_run", "publish", "min_match"]
+ADVANCED = ["slice", "max_misalignment_threshold", "warmup", "tail"]  # the form's "Advanced" section
 FORM = "Run Parameters"  # text of the trigger dialog's Params section
-WINDOW = (1280, 2400)  # tall enough for the whole form in one screenshot
+WINDOW = (1280, 2400)  # tall enough for a whole section of the form in one screenshot
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +64,18 @@ def open_trigger_form(browser: Chromium, airflow: AirflowDeployment) -> Page:
     return page
 
 
+def open_advanced(page: Page) -> None:
+    """Open the form's collapsed Advanced section (the form shows one section at a time)."""
+    selector = "[role=dialog] [id$=':trigger:Advanced']"
+    trigger = f"document.querySelector({json.dumps(selector)})"
+    for _ in range(10):  # a click before the dialog's widgets are live is lost: click until it opens
+        if page.evaluate(f"{trigger}.getAttribute('aria-expanded') === 'true'"):
+            break
+        page.mouse_click(selector)
+        time.sleep(1)
+    page.wait_for(f"{trigger}.getAttribute('aria-expanded') === 'true'", what="the Advanced section open")
+
+
 def png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
@@ -74,19 +85,22 @@ def png_size(path: Path) -> tuple[int, int]:
 
 def test_trigger_form_screenshot_shows_every_param(browser: Chromium, airflow: AirflowDeployment, tmp_path: Path) -> None:
     page = open_trigger_form(browser, airflow)
-    text = page.dialog_text(FORM) or ""
-    assert f"Trigger Dag - {DAG_ID}" in text, text
-    missing = [p for p in PARAMS if p not in text.split("\n")]
-    assert not missing, f"Params missing from the form's DOM text: {missing}\n{text}"
-    # Every label is drawn inside the viewport, so the screenshot shows it.
-    width, height = page.viewport()
-    boxes = page.text_boxes(PARAMS, within=FORM)
-    off = {p: box for p, box in boxes.items() if box is None or not (0 <= box[0] and box[1] <= height and box[3] <= width)}
-    assert not off, f"labels not visible in a {width}x{height} screenshot: {off}"
-    shot = page.screenshot(tmp_path / "trigger-form.png", full_page=False)
-    assert png_size(shot) == WINDOW
-    assert shot.stat().st_size > 20_000, "screenshot looks blank"
-    print(f"screenshot: {shot}")
+    for section, params in (("basic", BASIC), ("advanced", ADVANCED)):
+        if section == "advanced":
+            open_advanced(page)
+        text = page.dialog_text(FORM) or ""
+        assert f"Trigger Dag - {DAG_ID}" in text, text
+        missing = [p for p in params if p not in text.split("\n")]
+        assert not missing, f"Params missing from the form's {section} section: {missing}\n{text}"
+        # Every label is drawn inside the viewport, so the screenshot shows it.
+        width, height = page.viewport()
+        boxes = page.text_boxes(params, within=FORM)
+        off = {p: box for p, box in boxes.items() if box is None or not (0 <= box[0] and box[1] <= height and box[3] <= width)}
+        assert not off, f"labels not visible in a {width}x{height} screenshot: {off}"
+        shot = page.screenshot(tmp_path / f"trigger-form-{section}.png", full_page=False)
+        assert png_size(shot) == WINDOW
+        assert shot.stat().st_size > 20_000, "screenshot looks blank"
+        print(f"screenshot: {shot}")
 
 
 def test_bad_value_typed_in_the_form_is_refused_with_the_reason(

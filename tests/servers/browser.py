@@ -263,6 +263,26 @@ class Page:
         if not self.evaluate(js):
             raise DeploymentError(f"nothing to click for {selector or text!r} on {self.url()}:\n{self.text()[:2000]}")
 
+    def mouse_click(self, selector: str) -> None:
+        """Click the centre of the first element matching ``selector`` with real mouse events
+        (pointer down/up, as a person does): widgets that listen to pointer events, not to
+        ``click()``, react to it.
+
+        :param selector: CSS selector.
+        """
+        box = self.evaluate(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null; "
+            "e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect(); "
+            "return [r.left + r.width / 2, r.top + r.height / 2]; })()"
+        )
+        if box is None:
+            raise DeploymentError(f"nothing to click for {selector!r} on {self.url()}:\n{self.text()[:2000]}")
+        x, y = box
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            self.cdp.send(
+                "Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}
+            )
+
     def screenshot(self, path: Path, *, full_page: bool = True) -> Path:
         """Save a PNG screenshot.
 
