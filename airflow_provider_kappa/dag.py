@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kappa.backfill.config import load_config
+from airflow_provider_kappa.backfill.config import CONNECT, load_config
 from airflow_provider_kappa.backfill.params import param_schemas, params_table
 
 if TYPE_CHECKING:
@@ -23,8 +23,10 @@ Reruns the job's unchanged streaming application over its Iceberg sources for a 
 
 `snapshot` checks the parameters and pins the sources' snapshots, `plan` cuts the range read
 into aligned slices, `mode` follows `slice_sequential` or `slice_parallel` (the other is
-skipped), which run one spark-submit per slice, `validate` compares staged and current rows,
-`publish` replaces the window.
+skipped), which run the job once per slice (a Spark Connect session, or a spark-submit, per
+`job.engine`), `validate` compares staged and current rows, `publish` replaces the window. With
+`engine: connect` and no `job.connect`, `connect_server_start` (a setup task) starts a local
+Spark Connect server for the slices and `connect_server_stop` (its teardown) stops it.
 
 Config: `{path}`. Per-field checks (formats, positive durations, known sources, mode) refuse a
 bad trigger; checks across fields (end after start, threshold at most the slice, slice within
@@ -57,7 +59,9 @@ def kappa_backfill_dag(
     """Build the backfill DAG of the job described by ``config_path``.
 
     Tasks: ``snapshot`` -> ``plan`` -> ``mode`` (branch) -> ``slice_sequential`` | ``slice_parallel``
-    (one mapped task instance per slice) -> ``validate`` -> ``publish``. Params (the trigger form): one per
+    (one mapped task instance per slice) -> ``validate`` -> ``publish``; with ``engine: connect``
+    and no ``job.connect``, the slices sit between ``connect_server_start`` (setup) and
+    ``connect_server_stop`` (teardown) of a local Spark Connect server. Params (the trigger form): one per
     row of :data:`airflow_provider_kappa.backfill.params.PARAMS` (start, end, sources, slice, …), the
     advanced ones in a section of their own; its table is in the DAG's doc.
 
@@ -74,6 +78,7 @@ def kappa_backfill_dag(
     """
     from airflow.sdk import DAG, Param
 
+    from airflow_provider_kappa.operators.connect_server import START, STOP, KappaConnectServerOperator
     from airflow_provider_kappa.operators.plan import (
         PARALLEL_TASK,
         SEQUENTIAL_TASK,
@@ -125,4 +130,11 @@ def kappa_backfill_dag(
         publish = KappaPublishOperator(task_id="publish", config_path=path, plan=plan.output, report=validate.output)
         plan >> mode >> [sequential, parallel]
         [sequential, parallel] >> validate >> publish
+        if cfg.job.engine == CONNECT and cfg.job.connect is None:
+            # single-machine deployment: the backfill owns a local Spark Connect server for its slices
+            start = KappaConnectServerOperator(task_id="connect_server_start", config_path=path, action=START)
+            stop = KappaConnectServerOperator(
+                task_id="connect_server_stop", config_path=path, action=STOP
+            ).as_teardown(setups=start)
+            plan >> start >> [sequential, parallel] >> stop
     return dag

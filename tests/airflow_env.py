@@ -47,6 +47,8 @@ def write_job_config(
     example: str = "playback_sessions",
     extra_catalog_props: Mapping[str, str] | None = None,
     backfill: Mapping[str, Any] | None = None,
+    engine: str = "submit",
+    connect_url: str | None = None,
 ) -> Path:
     """Write a kappa.yaml of an example job whose lake is the test's catalog.
 
@@ -55,12 +57,17 @@ def write_job_config(
     :param example: ``playback_sessions`` or ``rmi``.
     :param extra_catalog_props: more catalog properties (e.g. a planted secret).
     :param backfill: the ``backfill:`` section (default: the example's).
+    :param engine: ``job.engine`` (the tests' default stays ``submit``; pass ``connect``).
+    :param connect_url: ``job.connect.url`` (absent: ``kappa backfill`` starts a local server).
     """
     raw = yaml.safe_load((EXAMPLES / example / "kappa.yaml").read_text())
     raw["job"]["application"] = str(EXAMPLES / example / f"{example}.py")
     raw["job"]["checkpoint_root"] = str(folder / "checkpoints")
     raw["job"]["master"] = "local[2]"
     raw["job"]["spark_conf"] = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+    raw["job"]["engine"] = engine
+    if connect_url is not None:
+        raw["job"]["connect"] = {"url": connect_url}
     raw["catalogs"] = {"lake": {**catalog_props, **(extra_catalog_props or {})}}
     if backfill is not None:
         raw["backfill"] = dict(backfill)

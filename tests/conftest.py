@@ -33,6 +33,8 @@ _CDS = tempfile.mkdtemp(prefix="kappa-test-cds-")
 os.environ["KAPPA_CACHE_DIR"] = _CDS
 sys.path.insert(0, str(Path(__file__).parent))
 
+from servers.connect_server import connect_server  # noqa: E402,F401  (session-scoped Spark Connect server)
+
 
 TIERS = ("unit", "integration", "deploy")
 

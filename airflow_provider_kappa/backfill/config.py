@@ -22,6 +22,11 @@ from airflow_provider_kappa.timeparse import parse_duration
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
+#: ``job.engine`` values: a Spark Connect session per slice, or a spark-submit per slice.
+CONNECT = "connect"
+SUBMIT = "submit"
+ENGINES = (CONNECT, SUBMIT)
+
 
 @dataclass(frozen=True)
 class CatalogConfig:
@@ -94,6 +99,15 @@ class BackfillDefaults:
 
 
 @dataclass(frozen=True)
+class ConnectConfig:
+    """``job.connect``: the Spark Connect server slices run on, by Airflow connection or URL
+    (absent: a local server per backfill)."""
+
+    conn_id: str | None = None
+    url: str | None = None
+
+
+@dataclass(frozen=True)
 class JobSection:
     """The ``job:`` section."""
 
@@ -105,6 +119,8 @@ class JobSection:
     live_trigger: timedelta = timedelta(seconds=10)
     staging_namespace: str = "kappa_staging"
     class_data_sharing: bool = True
+    engine: str = CONNECT
+    connect: ConnectConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -286,6 +302,8 @@ def parse_config(raw: object, path: Path) -> JobConfig:
             "live_trigger",
             "staging_namespace",
             "class_data_sharing",
+            "engine",
+            "connect",
         },
     )
     application = Path(j.text("application"))
@@ -303,6 +321,8 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         live_trigger=parse_duration(j.data.get("live_trigger", "10s"), "job.live_trigger"),
         staging_namespace=_name(j.text("staging_namespace", "kappa_staging"), "job.staging_namespace"),
         class_data_sharing=j.flag("class_data_sharing", True),
+        engine=_engine(j),
+        connect=_connect(j.data.get("connect")),
     )
 
     catalogs: dict[str, CatalogConfig] = {}
@@ -348,6 +368,32 @@ def parse_config(raw: object, path: Path) -> JobConfig:
     cfg = JobConfig(path=path, job=job, catalogs=catalogs, sources=sources, sinks=sinks, backfill=backfill)
     _check_references(cfg)
     return cfg
+
+
+def _engine(j: _Section) -> str:
+    engine = j.data.get("engine", CONNECT)
+    if engine not in ENGINES:
+        raise KappaConfigError(f"job.engine: {engine!r} is not an engine; allowed: {list(ENGINES)}")
+    return str(engine)
+
+
+def _connect(body: object) -> ConnectConfig | None:
+    """``job.connect``: ``{conn_id: ...}`` or ``{url: "sc://host:port"}``, or absent."""
+    if body is None:
+        return None
+    where = "job.connect"
+    if not isinstance(body, dict) or len(body) != 1:
+        raise KappaConfigError(
+            f"{where}: {body!r} must be one of {{conn_id: <Airflow spark_connect connection>}} or "
+            "{url: 'sc://host:port'}; leave it out for a local server per backfill"
+        )
+    sec = _Section(body, where, {"conn_id", "url"})
+    if "conn_id" in sec.data:
+        return ConnectConfig(conn_id=sec.text("conn_id"))
+    url = sec.text("url")
+    if not re.match(r"^sc://[^/:;]+(:\d+)?/?(;.*)?$", url):
+        raise KappaConfigError(f"{where}.url: {url!r} is not a Spark Connect URL; expected 'sc://host:port'")
+    return ConnectConfig(url=url)
 
 
 def _props(body: dict[Any, Any], where: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""What a slice run did, read from Spark's own event log.
+"""What a slice run did, read from Spark's own event log (spark-submit) or the Connect runner's
+listener (Spark Connect): the same ``StreamingQueryProgress`` JSON either way.
 
 Each slice's spark-submit writes an uncompressed, non-rolling Spark event log (the format
 the Spark History Server reads) into a private folder. Structured Streaming records one
@@ -83,14 +84,29 @@ def _events(folder: Path) -> Iterator[dict[str, Any]]:
 
 
 def read_progress(folder: str | Path) -> list[dict[str, Any]]:
-    """Every ``StreamingQueryProgress`` recorded in the event logs under ``folder``.
+    """Every ``StreamingQueryProgress`` a run recorded: in the Spark event logs under ``folder``
+    (a spark-submit), or, when ``folder`` is a file, one progress JSON per line (the Spark Connect
+    runner's listener, :mod:`airflow_provider_kappa.spark.connect_runner`; a truncated line is left out).
 
-    :param folder: the ``spark.eventLog.dir`` of the run.
+    :param folder: the ``spark.eventLog.dir`` of the run, or the runner's progress file.
     """
     root = Path(folder)
+    if root.is_file():
+        return list(_lines(root))
     if not root.is_dir():
         return []
     return [e["progress"] for e in _events(root) if isinstance(e.get("progress"), dict)]
+
+
+def _lines(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record
 
 
 def _input_rows(progress: dict[str, Any]) -> int:

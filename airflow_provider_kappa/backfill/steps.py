@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 from airflow_provider_kappa.backfill.catalogs import CatalogFor, job_catalogs
 from airflow_provider_kappa.backfill.checkpoints import CheckpointStore, backfill_root
-from airflow_provider_kappa.backfill.config import IcebergSinkConfig, IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.backfill.config import SUBMIT, IcebergSinkConfig, IcebergSourceConfig, JobConfig
 from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.backfill.params import SEQUENTIAL, BackfillParams, backfill_id, parse_params
 from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan, plan_backfill, slice_id
@@ -159,17 +159,24 @@ def run_slice(
     *,
     spark_conn_id: str | None = None,
     submit_fn: Callable[..., None] | None = None,
+    connect_url: str | None = None,
 ) -> dict[str, Any]:
     """Run one slice: clear its staging tables, prepare its checkpoint (sequential: restore the
-    checkpoint kept at its start; parallel: a fresh one), spark-submit the job's unchanged
-    application once with ``availableNow``, then keep the checkpoint for the next slice.
+    checkpoint kept at its start; parallel: a fresh one), run the job's unchanged application
+    once with ``availableNow`` on the job's engine (``job.engine``: a Spark Connect session, or a
+    spark-submit), then keep the checkpoint for the next slice.
 
     Rerunning a slice, after success or failure, leaves exactly what one clean run leaves.
 
     :param bf: the backfill.
     :param sp: the slice (from :func:`plan`).
-    :param spark_conn_id: Airflow Spark connection (default: the job's ``master`` in-process).
-    :param submit_fn: replaces :func:`airflow_provider_kappa.backfill.submit.submit` (tests).
+    :param spark_conn_id: Airflow Spark connection of the submit engine (default: the job's
+        ``master`` in-process).
+    :param submit_fn: replaces :func:`airflow_provider_kappa.backfill.submit.submit` (tests); given,
+        the slice runs on the submit engine whatever ``job.engine`` says.
+    :param connect_url: the Spark Connect server of the connect engine (default: ``job.connect``,
+        else the kappa-owned server of the backfill's state file (:func:`connect_state_file`),
+        restarted if it is gone, else a local server for this slice alone).
     :returns: the run's metrics (:class:`~airflow_provider_kappa.backfill.progress.SliceMetrics` as a dict)
         with ``slice_id``.
     """
@@ -217,21 +224,25 @@ def run_slice(
         private = Path(work)
         catalogs_file = write_catalogs_file(bf.cfg, private / "catalogs.json", catalogs)
         conf = slice_conf(bf.cfg, run, catalogs_file)
-        events = private / "eventlog"
-        events.mkdir()
-        conf.update(event_log_conf(events))
+        name = f"kappa-{bf.cfg.job.name}-{bf.id}-{sp.slice_id}"
         began = time.monotonic()
-        (submit_fn or submit)(
-            bf.cfg.job.application,
-            conf,
-            properties_file=private / "spark.properties",
-            name=f"kappa-{bf.cfg.job.name}-{bf.id}-{sp.slice_id}",
-            master=bf.cfg.job.master,
-            conn_id=spark_conn_id,
-            class_data_sharing=bf.cfg.job.class_data_sharing,
-        )
+        if submit_fn is not None or bf.cfg.job.engine == SUBMIT:
+            events = private / "eventlog"
+            events.mkdir()
+            conf.update(event_log_conf(events))
+            (submit_fn or submit)(
+                bf.cfg.job.application,
+                conf,
+                properties_file=private / "spark.properties",
+                name=name,
+                master=bf.cfg.job.master,
+                conn_id=spark_conn_id,
+                class_data_sharing=bf.cfg.job.class_data_sharing,
+            )
+            progress = read_progress(events)
+        else:
+            progress = _run_on_connect(bf, conf, private, name, connect_url)
         seconds = time.monotonic() - began
-        progress = read_progress(events)
     metrics = summarize(progress, seconds)
     store.record_progress(sp.slice_id, progress)
     result = {"slice_id": sp.slice_id, **metrics.to_dict()}
@@ -241,6 +252,36 @@ def run_slice(
         store.finish_parallel(sp.slice_id, result)
     log.info("slice %s done: %s", sp.slice_id, metrics.to_text())
     return result
+
+
+def connect_state_file(bf: Backfill) -> Path:
+    """The state file of the Spark Connect server kappa owns for ``bf`` (see
+    :class:`~airflow_provider_kappa.backfill.connect.LocalConnectServer`): in the backfill's
+    checkpoint folder when local, else in a temporary folder of this machine."""
+    root = bf.store().root
+    if "://" in root and not root.startswith("file://"):
+        return Path(tempfile.gettempdir()) / "kappa-connect" / bf.id / "server.json"
+    return Path(root.removeprefix("file://")) / "connect" / "server.json"
+
+
+def _run_on_connect(bf: Backfill, conf: dict[str, str], private: Path, name: str, url: str | None) -> list[dict[str, Any]]:
+    """One slice run as a Spark Connect session; see :func:`run_slice` for where the server comes from."""
+    from airflow_provider_kappa.backfill import connect
+
+    state_file = connect_state_file(bf)
+    url = url or connect.configured_url(bf.cfg)
+    if url is None and state_file.is_file():
+        url = connect.ensure_server(bf.cfg, state_file).url
+    if url is None:
+        with connect.LocalConnectServer(bf.cfg, private / "server") as server:
+            return connect.run_application(
+                bf.cfg.job.application, conf, url=server.url, work=private, name=name, server_alive=server.alive, owned=True
+            )
+    state = connect.read_state(state_file)
+    owned = state is not None and state.url == url
+    return connect.run_application(
+        bf.cfg.job.application, conf, url=url, work=private, name=name, server_alive=state.alive if owned and state else None, owned=owned
+    )
 
 
 def write_file_lists(bf: Backfill, sp: SlicePlan) -> dict[str, str]:
@@ -266,9 +307,38 @@ def write_file_lists(bf: Backfill, sp: SlicePlan) -> dict[str, str]:
         if not file_list.listable(table, catalog_properties(bf.cfg, src.catalog)):
             log.info("source %s: its table's FileIO has properties of its own; the reader plans it", src.name)
             continue
-        files = file_list.build(table, snapshot_id, src.ingestion_column, start, end)
+        files = _backfill_file_list(bf, src, table, snapshot_id)
+        files = replace(
+            files, start_micros=start, end_micros=end, spans=tuple(f for f in files.spans if f.intersects(start, end))
+        )
         out[src.name] = file_list.write(store.plan_file(sp.slice_id, src.name), files)
     return out
+
+
+#: The folder of ``plans/`` holding each source's file list for the whole backfill.
+WHOLE_BACKFILL = "backfill"
+
+
+def _backfill_file_list(bf: Backfill, src: IcebergSourceConfig, table: Any, snapshot_id: int) -> Any:
+    """The file list of ``src`` at ``snapshot_id`` for the read range of every slice of ``bf``,
+    built from manifests by the backfill's first slice run and kept under ``plans/`` (a slice's
+    list is this one's files that intersect its range: each slice does not read manifests again).
+    A missing, unreadable or stale copy (another snapshot, a narrower range) is rebuilt."""
+    from airflow_provider_kappa.backfill.plan import slice_bounds
+    from airflow_provider_kappa.exceptions import KappaSourceError
+    from airflow_provider_kappa.spark.source import file_list
+
+    bounds = slice_bounds(bf.params)
+    lo, hi = to_micros(min(b[0] for b in bounds)), to_micros(max(b[1] for b in bounds))
+    uri = bf.store().plan_file(WHOLE_BACKFILL, f"{src.name}-{snapshot_id}")
+    try:
+        cached = file_list.read(uri)
+        cached.check(".".join(table.name()), snapshot_id, src.ingestion_column, lo, hi)
+        return cached
+    except KappaSourceError:
+        files = file_list.build(table, snapshot_id, src.ingestion_column, lo, hi)
+        file_list.write(uri, files)
+        return files
 
 
 def slice_is_empty(sp: SlicePlan) -> bool:

@@ -4,7 +4,10 @@ run every slice, validate and publish, without an Airflow deployment.
 The same functions as the Airflow operators (:mod:`airflow_provider_kappa.backfill.steps` and its
 siblings snapshot, lock, finish). Slices
 run one after the other (``parallel`` slices are independent, so any order gives the same
-result); each slice's spark-submit output goes to a log file, not the terminal. Exits 0 on
+result); each slice's Spark output goes to a log file, not the terminal. Engine ``connect``
+(``job.engine``): slices are sessions of one Spark Connect server, ``job.connect``'s, or a local
+one started for this backfill (only if a slice runs) and stopped at its end, also on failure or
+Ctrl-C. Engine ``submit``: one spark-submit per slice. Exits 0 on
 success (published, or validated for ``--dry-run`` / ``--no-publish``, or ``--release-lock``
 done), 1 when a slice fails or validation refuses the publish, 2 on bad input or when another
 backfill holds an overlapping window of a target (``kappa`` prints the error).
@@ -15,7 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -23,6 +26,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 from airflow_provider_kappa.cli.plan import add_backfill_arguments, load_backfill, plan_table, print_header
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from airflow_provider_kappa.backfill.plan import BackfillPlan
     from airflow_provider_kappa.backfill.steps import Backfill
 
 #: The stdlib logger of the backfill steps (details go to the slice log, not the terminal).
@@ -37,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip slices that completed in an earlier run with the same parameters (default: rerun all)",
     )
-    parser.add_argument("--spark-conn-id", help="an Airflow Spark connection to submit through (default: job.master)")
+    parser.add_argument("--spark-conn-id", help="engine submit: an Airflow Spark connection to submit through (default: job.master)")
     parser.add_argument(
         "--release-lock",
         action="store_true",
@@ -85,6 +91,31 @@ def slice_log(path: Path) -> Iterator[None]:
             steps.propagate = saved[1]
 
 
+def connect_server(bf: Backfill, plan: BackfillPlan, resume: bool, stack: ExitStack, console: Console) -> str | None:
+    """The Spark Connect URL the slices run on (engine ``connect``): ``job.connect``'s, else a local
+    server started now and stopped when ``stack`` closes (also on failure or Ctrl-C), only if
+    some slice will run (not empty, not done with ``--resume``). ``None`` for engine ``submit``."""
+    from airflow_provider_kappa.backfill.config import CONNECT
+    from airflow_provider_kappa.backfill.connect import LocalConnectServer, configured_url, redact_url
+    from airflow_provider_kappa.backfill.steps import connect_state_file, slice_is_empty
+
+    if bf.cfg.job.engine != CONNECT:
+        return None
+    url = configured_url(bf.cfg)
+    if url is not None:
+        console.print(f"  engine connect: Spark Connect server {redact_url(url)}")
+        return url
+    store = bf.store()
+    if all(slice_is_empty(sp) or (resume and store.done(sp.slice_id) is not None) for sp in plan.slices):
+        return None
+    server = stack.enter_context(LocalConnectServer(bf.cfg, connect_state_file(bf).parent))
+    console.print(
+        f"  engine connect: local Spark Connect server {server.url} (pid {server.state.pid if server.state else '?'}) "
+        f"started in {server.seconds:.1f}s, log {server.log_file}"
+    )
+    return server.url
+
+
 def run(args: argparse.Namespace) -> int:
     """Run a whole backfill; see the module docstring for exit codes."""
     from rich.console import Console
@@ -95,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from airflow_provider_kappa.backfill.snapshot import snapshot
     from airflow_provider_kappa.backfill.steps import plan as plan_slices
     from airflow_provider_kappa.backfill.steps import run_slice
-    from airflow_provider_kappa.exceptions import KappaValidationError
+    from airflow_provider_kappa.exceptions import KappaEngineError, KappaValidationError
 
     console = Console()
     logging.getLogger(_STEPS_LOGGER).setLevel(logging.WARNING)  # the terminal gets this command's own output
@@ -115,7 +146,12 @@ def run(args: argparse.Namespace) -> int:
     store = bf.store()
     results: list[dict[str, Any]] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
+    with ExitStack() as stack, Progress(*columns, console=console) as progress:
+        try:
+            connect_url = connect_server(bf, plan, args.resume, stack, console)
+        except KappaEngineError as e:
+            console.print(f"[red]Spark Connect server not started:[/] {e}")
+            return 1
         task = progress.add_task("slices", total=len(plan.slices))
         for sp in plan.slices:
             done = store.done(sp.slice_id) if args.resume else None
@@ -128,10 +164,10 @@ def run(args: argparse.Namespace) -> int:
             log_path = logs / f"{sp.slice_id}.log"
             try:
                 with slice_log(log_path):
-                    result = run_slice(bf, sp, spark_conn_id=args.spark_conn_id)
-            except Exception as e:  # a failed spark-submit (AirflowException) or I/O: report, keep the log
+                    result = run_slice(bf, sp, spark_conn_id=args.spark_conn_id, connect_url=connect_url)
+            except Exception as e:  # a failed spark-submit (AirflowException), session (KappaEngineError) or I/O
                 progress.console.print(f"[red]slice {sp.slice_id} failed:[/] {type(e).__name__}: {e}")
-                progress.console.print(f"  spark-submit output: {log_path}")
+                progress.console.print(f"  Spark output: {log_path}")
                 progress.console.print("  rerun the same command (add --resume to skip completed slices)")
                 return 1
             results.append(result)

@@ -24,15 +24,18 @@ from airflow_provider_kappa.timeparse import to_micros
 
 
 def settings_of(spark: SparkSession) -> RunSettings:
-    """Decode this session's ``spark.kappa.*`` conf."""
-    return load_settings(dict(spark.sparkContext.getConf().getAll()) | _runtime_conf(spark))
+    """Decode this session's ``spark.kappa.*`` conf: a classic session's context conf (spark-submit's)
+    under its runtime conf; a Spark Connect session (no ``sparkContext``) has only the runtime conf,
+    where the Connect runner (:mod:`airflow_provider_kappa.spark.connect_runner`) sets the keys."""
+    runtime = {k: v for k, v in spark.conf.getAll.items() if k.startswith(PREFIX)}
+    if is_connect(spark):
+        return load_settings(runtime)
+    return load_settings(dict(spark.sparkContext.getConf().getAll()) | runtime)
 
 
-def _runtime_conf(spark: SparkSession) -> dict[str, str]:
-    try:
-        return {k: v for k, v in spark.conf.getAll.items() if k.startswith(PREFIX)}
-    except Exception:  # noqa: BLE001 - only older/remote sessions lack getAll; conf from the context suffices
-        return {}
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (``pyspark.sql.connect``)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def _register(spark: SparkSession) -> None:

@@ -74,12 +74,22 @@ def test_a_missing_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 2 and "nope.yaml' cannot be read" in err
 
 
+@pytest.mark.parametrize("engine", ["submit", "connect"])
 def test_backfill_replaces_the_bad_window_end_to_end(
-    config: Path, catalog: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    catalog_props: dict[str, str],
+    catalog: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    engine: str,
 ) -> None:
+    """Both engines: spark-submit per slice, and sessions of the tests' shared Spark Connect server."""
     import pyarrow as pa
     from lake import sessions_arrow
 
+    url = request.getfixturevalue("connect_server").url if engine == "connect" else None
+    config = write_job_config(tmp_path, catalog_props, engine=engine, connect_url=url)
     monkeypatch.setenv("COLUMNS", "200")
     expected = seed_sessions_incident(catalog)
     code, out, err = kappa(capsys, "backfill", "--config", str(config), *WINDOW, *OPTIONS, "--min-match", "50")

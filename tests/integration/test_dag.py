@@ -41,7 +41,12 @@ def test_example_dags_have_the_backfill_shape_and_params(lake: Path) -> None:
         dag = load_dag(REPO / "dags" / f"{name}_backfill.py")
         assert dag.dag_id == f"kappa_backfill_{name}"
         assert dag.schedule is None and dag.max_active_runs == 1
-        assert set(dag.task_dict) == {"snapshot", "plan", "mode", "slice_sequential", "slice_parallel", "validate", "publish"}
+        assert set(dag.task_dict) == {
+            "snapshot", "plan", "mode", "slice_sequential", "slice_parallel", "validate", "publish",
+            "connect_server_start", "connect_server_stop",  # engine connect without job.connect: a local server
+        }  # fmt: skip
+        assert dag.task_dict["connect_server_start"].is_setup and dag.task_dict["connect_server_stop"].is_teardown
+        assert dag.task_dict["connect_server_start"].downstream_task_ids == {"slice_sequential", "slice_parallel", "connect_server_stop"}
         assert dag.task_dict["snapshot"].downstream_task_ids == {"plan"}
         assert dag.task_dict["mode"].downstream_task_ids == {"slice_sequential", "slice_parallel"}
         assert dag.task_dict["validate"].upstream_task_ids >= {"slice_sequential", "slice_parallel"}
@@ -97,7 +102,9 @@ def test_end_before_start_fails_the_first_task_before_any_spark_run(
     states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
     assert dr.state == "failed"
     assert states["snapshot"] == "failed"
-    assert {states[t] for t in ("plan", "mode", "slice_sequential", "slice_parallel", "validate", "publish")} == {"upstream_failed"}
+    assert {states[t] for t in ("plan", "mode", "slice_sequential", "slice_parallel", "validate", "publish", "connect_server_start")} == {
+        "upstream_failed"
+    }
     out = capfd.readouterr().out
     assert "backfill parameter end: '2026-11-01T01:00:00+00:00' is not after start '2026-11-01T03:00:00+00:00'" in out
     assert not (lake / "checkpoints").exists()
@@ -124,6 +131,10 @@ def test_dag_run_replaces_the_bad_window_with_the_correct_rows(
     # progress people can see: per slice and the final summary
     assert "micro-batches" in out and "watermark" in out
     assert "sink sessions: published snapshot" in out and "match rate" in out
+    # engine connect (the example's default): one local server for the run, stopped by the teardown
+    assert states[("connect_server_start", -1)] == "success" and states[("connect_server_stop", -1)] == "success"
+    assert "local Spark Connect server sc://127.0.0.1:" in out
+    assert not list(lake.rglob("connect/server.json"))
 
 
 def _arrow(rows: list[dict[str, Any]]) -> Any:

@@ -1,0 +1,179 @@
+"""Run the job's unchanged application as a Spark Connect client session.
+
+``python -m airflow_provider_kappa.spark.connect_runner [--remote URL] --conf-file F --progress-file P APP [ARGS...]``
+
+1. opens a session on the Spark Connect server ``URL`` (default: ``$SPARK_REMOTE``, so a URL
+   holding a token need not be on the command line);
+2. sets the run's session conf from ``F``, a JSON object ``{key: value}`` (the launcher writes it
+   with mode 0600): ``spark.kappa.*`` keys and runtime SQL keys. A key the server does not let a
+   session change (a static or core conf) is refused with its name, unless the server already has
+   the wanted value;
+3. registers a client-side ``StreamingQueryListener`` that appends each micro-batch's progress
+   JSON (``StreamingQueryProgress.json``) as one line to ``P``;
+4. sets ``SPARK_REMOTE`` and runs ``APP`` with :func:`runpy.run_path` as ``__main__``: the job's
+   ``SparkSession.builder.getOrCreate()`` returns the session opened here;
+5. waits for the listener to see every query end, stops the queries left and the session (never
+   the server), and exits 0, or 1 with the job's traceback on failure (2 on bad arguments).
+
+Runs inside Spark's room: imports pyspark, never Airflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from airflow_provider_kappa.spark.conf_keys import PREFIX
+
+#: How long to wait, after the job returns, for the listener to receive the last events.
+DRAIN_SECONDS = 30.0
+
+
+class ProgressFile:
+    """A ``StreamingQueryListener`` writing each progress record as a JSON line (built lazily
+    so that importing this module needs no pyspark)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.started: set[str] = set()
+        self.ended: set[str] = set()
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+
+    def listener(self) -> Any:
+        """The listener object to register with ``spark.streams.addListener``."""
+        from pyspark.sql.streaming.listener import StreamingQueryListener
+
+        outer = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - pyspark's API
+                with outer.changed:
+                    outer.started.add(str(event.id))
+                    outer.changed.notify_all()
+
+            def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+                line = event.progress.json
+                with outer.changed, outer.path.open("a", encoding="utf-8") as fh:
+                    fh.write(line.replace("\n", " ") + "\n")
+
+            def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+                with outer.changed:
+                    outer.ended.add(str(event.id))
+                    outer.changed.notify_all()
+
+        return _Listener()
+
+    def drain(self, query_ids: set[str], timeout: float) -> bool:
+        """Wait until the listener saw ``query_ids`` end (their last progress comes before that)."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not query_ids <= self.ended:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.changed.wait(left)
+        return True
+
+
+def read_conf_file(path: Path) -> dict[str, str]:
+    """The session conf the launcher wrote: a JSON object of string keys and values."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"connect_runner: conf file {str(path)!r} cannot be read as JSON: {e}") from e
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise SystemExit(f"connect_runner: conf file {str(path)!r} must hold a JSON object of strings")
+    return data
+
+
+def set_session_conf(spark: Any, conf: Mapping[str, str]) -> None:
+    """Set ``conf`` on the session: ``spark.kappa.*`` always; any other key only if the server lets a
+    session change it, or already has the wanted value.
+
+    :raises ValueError: naming every key that only the server's start can set.
+    """
+    refused = []
+    for key, value in sorted(conf.items()):
+        if key.startswith(PREFIX) or spark.conf.isModifiable(key):
+            spark.conf.set(key, value)
+        elif spark.conf.get(key, None) != value:
+            refused.append(key)
+    if refused:
+        raise ValueError(
+            f"conf key(s) {refused} cannot be set in a Spark Connect session (static or core Spark conf); "
+            "give them to the Spark Connect server when it starts, or use job.engine: submit"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m airflow_provider_kappa.spark.connect_runner")
+    parser.add_argument("--remote", default=os.environ.get("SPARK_REMOTE"), help="sc://host:port (default $SPARK_REMOTE)")
+    parser.add_argument("--conf-file", required=True, type=Path)
+    parser.add_argument("--progress-file", required=True, type=Path)
+    parser.add_argument("application", type=Path)
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if not args.remote:
+        parser.error("no Spark Connect URL: give --remote or set SPARK_REMOTE")
+    if not args.application.is_file():
+        parser.error(f"application {str(args.application)!r} does not exist")
+    conf = read_conf_file(args.conf_file)
+
+    from pyspark.sql import SparkSession
+
+    # SIGTERM (a killed task) ends like Ctrl-C: the queries and the session are stopped below.
+    signal.signal(signal.SIGTERM, _interrupt)
+    spark = SparkSession.builder.remote(args.remote).getOrCreate()
+    progress = ProgressFile(args.progress_file)
+    args.progress_file.touch()
+    code = 0
+    listener = progress.listener()
+    try:
+        set_session_conf(spark, conf)
+        spark.streams.addListener(listener)
+        os.environ["SPARK_REMOTE"] = args.remote
+        sys.argv = [str(args.application), *args.args]
+        runpy.run_path(str(args.application), run_name="__main__")
+        if not progress.drain(set(progress.started), DRAIN_SECONDS):
+            print(f"connect_runner: the last progress events did not arrive within {DRAIN_SECONDS:.0f}s", file=sys.stderr)
+    except SystemExit as e:  # the job called sys.exit
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported on stderr and as the exit code; the launcher raises
+        traceback.print_exc()
+        code = 1
+    finally:
+        _stop(spark, listener)
+    return code
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _stop(spark: Any, listener: Any) -> None:
+    """Stop the session's queries still running and its listener, then the session (the server
+    keeps running)."""
+    try:
+        for query in spark.streams.active:
+            query.stop()
+        spark.streams.removeListener(listener)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The Spark Connect engine with real servers: the runner against the tests' shared server, and
+``kappa backfill`` with the local server it starts itself, killed mid-slice, rerun exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
+import pytest
+from airflow_env import PLANTED_SECRET, write_job_config
+from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sorted_rows
+
+from airflow_provider_kappa.cli import main
+
+RUNNER = "airflow_provider_kappa.spark.connect_runner"
+WINDOW = ["--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()]
+OPTIONS = ["--slice", "2h", "--warmup", "30min", "--tail", "45min", "--min-match", "50"]
+
+APP = '''
+from pyspark.sql import SparkSession
+from airflow_provider_kappa.spark.resolve import is_connect
+spark = SparkSession.builder.getOrCreate()
+print("connect", is_connect(spark), spark.conf.get("spark.kappa.job"), spark.conf.get("spark.sql.shuffle.partitions"))
+'''
+
+
+def run_runner(tmp_path: Path, url: str, conf: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "conf.json").write_text(json.dumps(conf))
+    argv = [sys.executable, "-m", RUNNER, "--conf-file", str(tmp_path / "conf.json"), "--progress-file", str(tmp_path / "p.jsonl")]
+    env = {**os.environ, "SPARK_REMOTE": url}
+    return subprocess.run([*argv, str(tmp_path / "app.py")], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_runner_gives_the_unchanged_job_its_session_and_refuses_server_keys(tmp_path: Path, connect_server: Any) -> None:
+    done = run_runner(tmp_path, connect_server.url, {"spark.kappa.job": "t", "spark.sql.shuffle.partitions": "3"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "connect True t 3" in done.stdout
+    refused = run_runner(tmp_path, connect_server.url, {"spark.kappa.job": "t", "spark.ui.enabled": "true"})
+    assert refused.returncode == 1
+    assert "conf key(s) ['spark.ui.enabled'] cannot be set in a Spark Connect session" in refused.stderr
+    assert connect_server.alive()  # a session's end never stops the server
+
+
+def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact(
+    tmp_path: Path, catalog_props: dict[str, str], catalog: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow as pa
+    from lake import sessions_arrow
+
+    from airflow_provider_kappa.backfill.connect import read_state
+
+    expected = seed_sessions_incident(catalog)
+    config = write_job_config(tmp_path, catalog_props, engine="connect", extra_catalog_props={"s3.secret-access-key": PLANTED_SECRET})
+    checkpoints = tmp_path / "checkpoints"
+    killed: list[int] = []
+
+    def kill_after_the_first_commit() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            states = list(checkpoints.rglob("connect/server.json"))
+            if states and list(checkpoints.rglob("commits/0")):
+                state = read_state(states[0])
+                assert state is not None
+                os.killpg(state.pid, signal.SIGKILL)  # the server kappa started for this backfill
+                killed.append(state.pid)
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_after_the_first_commit, daemon=True)
+    killer.start()
+    code = main(["backfill", "--config", str(config), *WINDOW, *OPTIONS])
+    killer.join(timeout=5)
+    out, err = capsys.readouterr()
+    assert killed and code == 1, out + err
+    assert "engine connect: local Spark Connect server sc://127.0.0.1:" in out
+    assert "slice s0000 failed: KappaEngineError" in out
+    assert not list(checkpoints.rglob("connect/server.json"))  # stopped and forgotten at the end
+    # the same command again: a new local server, every slice rerun, exact
+    code = main(["backfill", "--config", str(config), *WINDOW, *OPTIONS])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    # credentials only ever in the 0600 catalogs file of a run (removed with its private folder)
+    kept = [p for p in checkpoints.rglob("*") if p.is_file() and PLANTED_SECRET in p.read_text(errors="replace")]
+    assert not kept and PLANTED_SECRET not in out + err
+    assert "slices run 2/2" in out and "published snapshot" in out
+    target = catalog.load_table("prod.playback_sessions")
+    assert sorted_rows(target) == sorted_rows(pa.Table.from_pylist(expected, schema=sessions_arrow()))
+    assert not list(checkpoints.rglob("connect/server.json"))
+
+
+def test_a_task_finds_the_owned_server_and_restarts_it_when_gone(tmp_path: Path, catalog_props: dict[str, str]) -> None:
+    """What an Airflow slice task does with the backfill's state file (``steps.connect_state_file``)."""
+    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.backfill.connect import ServerState, ensure_server, read_state, stop_owned
+
+    cfg = load_config(write_job_config(tmp_path, catalog_props, engine="connect"))
+    state_file = tmp_path / "connect" / "server.json"
+    ServerState("sc://127.0.0.1:1", 999_999_999, 1, "gone.log").write(state_file)  # a server that died
+    try:
+        started = ensure_server(cfg, state_file)
+        assert started.alive() and read_state(state_file) == started and started.url != "sc://127.0.0.1:1"
+        assert ensure_server(cfg, state_file) == started  # alive: reused, not restarted
+        assert "spark.ui.enabled false" in (state_file.parent / "server.properties").read_text()  # the job's server keys
+    finally:
+        stop_owned(state_file)
+    assert not state_file.exists() and not started.running()

@@ -1,0 +1,126 @@
+"""The engine choice (``job.engine``, ``job.connect``), the split of a run's conf between a Spark
+Connect session and its server, and the state file of a kappa-owned server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_config import BASE, with_change, write
+
+from airflow_provider_kappa.backfill.config import ConnectConfig, load_config
+from airflow_provider_kappa.backfill.connect import (
+    ServerState,
+    configured_url,
+    read_state,
+    redact_url,
+    split_conf,
+    stop_owned,
+    write_conf_file,
+)
+from airflow_provider_kappa.exceptions import KappaConfigError
+
+
+def test_engine_defaults_to_connect_with_a_local_server(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, BASE))
+    assert cfg.job.engine == "connect" and cfg.job.connect is None
+    assert configured_url(cfg) is None
+
+
+@pytest.mark.parametrize(
+    ("engine", "connect", "expected"),
+    [
+        ("submit", None, None),
+        ("connect", {"url": "sc://spark.example:15002"}, ConnectConfig(url="sc://spark.example:15002")),
+        ("connect", {"url": "sc://h:1/;token=x"}, ConnectConfig(url="sc://h:1/;token=x")),
+        ("connect", {"conn_id": "spark_connect_default"}, ConnectConfig(conn_id="spark_connect_default")),
+    ],
+)
+def test_engine_and_connect_load(tmp_path: Path, engine: str, connect: Any, expected: ConnectConfig | None) -> None:
+    data = with_change(["job", "engine"], engine)
+    if connect is not None:
+        data["job"]["connect"] = connect
+    cfg = load_config(write(tmp_path, data))
+    assert cfg.job.engine == engine and cfg.job.connect == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("engine", "spark", r"job.engine: 'spark' is not an engine; allowed: \['connect', 'submit'\]"),
+        ("engine", True, r"job.engine: True is not an engine"),
+        ("connect", {"url": "http://h:15002"}, r"job.connect.url: 'http://h:15002' is not a Spark Connect URL; expected 'sc://host:port'"),
+        ("connect", {"url": "sc://h:port"}, r"job.connect.url: 'sc://h:port' is not a Spark Connect URL"),
+        ("connect", {"host": "h"}, r"job.connect: unknown key\(s\) \['host'\]; allowed: \['conn_id', 'url'\]"),
+        ("connect", {"url": "sc://h:1", "conn_id": "c"}, r"job.connect: .* must be one of \{conn_id: .*\} or \{url: 'sc://host:port'\}"),
+        ("connect", "sc://h:1", r"job.connect: 'sc://h:1' must be one of"),
+        ("connect", {"conn_id": ""}, r"job.connect.conn_id: '' must be a non-empty string"),
+    ],
+)
+def test_bad_engine_config(tmp_path: Path, key: str, value: Any, match: str) -> None:
+    with pytest.raises(KappaConfigError, match=match):
+        load_config(write(tmp_path, with_change(["job", key], value)))
+
+
+def test_the_url_comes_from_the_config_or_an_airflow_spark_connect_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = with_change(["job", "connect"], {"url": "sc://spark.example:15002"})
+    assert configured_url(load_config(write(tmp_path, data))) == "sc://spark.example:15002"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAPPA_TEST_CONNECT",
+        json.dumps({"conn_type": "spark_connect", "host": "spark.example", "port": 15003, "password": "tok"}),
+    )
+    cfg = load_config(write(tmp_path, with_change(["job", "connect"], {"conn_id": "kappa_test_connect"})))
+    url = configured_url(cfg)
+    assert url is not None and url.startswith("sc://spark.example:15003/;") and "token=tok" in url
+    assert redact_url(url) == "sc://spark.example:15003/"
+    cfg = load_config(write(tmp_path, with_change(["job", "connect"], {"conn_id": "kappa_surely_missing"})))
+    with pytest.raises(KappaConfigError, match=r"job.connect.conn_id: 'kappa_surely_missing' gives no Spark Connect URL"):
+        configured_url(cfg)
+
+
+def test_a_session_gets_kappa_and_runtime_sql_keys_and_the_server_the_rest() -> None:
+    conf = {
+        "spark.kappa.mode": "backfill",
+        "spark.kappa.catalogs.file": "/tmp/x/catalogs.json",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        "spark.sql.extensions": "x.Ext",
+        "spark.sql.warehouse.dir": "/w",
+        "spark.ui.enabled": "false",
+        "spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",
+        "spark.executor.memory": "2g",
+    }
+    session, server = split_conf(conf)
+    assert session == {k: conf[k] for k in list(conf)[:4]}
+    assert server == {k: conf[k] for k in list(conf)[4:]}
+
+
+def test_the_session_conf_file_is_private(tmp_path: Path) -> None:
+    path = write_conf_file({"spark.kappa.mode": "backfill"}, tmp_path / "conf.json")
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert json.loads(path.read_text()) == {"spark.kappa.mode": "backfill"}
+
+
+def test_a_state_file_tells_a_live_server_from_a_gone_one_and_stops_it_by_pid(tmp_path: Path) -> None:
+    from airflow_provider_kappa.backfill.connect import _start_ticks
+
+    assert read_state(tmp_path / "none.json") is None
+    (tmp_path / "bad.json").write_text("{")
+    assert read_state(tmp_path / "bad.json") is None
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        state = ServerState("sc://127.0.0.1:1", proc.pid, _start_ticks(proc.pid), "log")
+        path = state.write(tmp_path / "server.json")
+        again = read_state(path)
+        assert again == state and again.running() and not again.alive()  # nothing listens on port 1
+        assert ServerState(state.url, proc.pid, (state.start_ticks or 0) + 1, "log").running() is False  # a reused pid
+        stop_owned(path)
+        assert proc.wait(timeout=30) != 0 and not path.exists()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
