@@ -136,7 +136,35 @@ def plan(bf: Backfill, snapshot_ids: Mapping[str, int]) -> BackfillPlan:
     missing = sorted(set(sources.values()) - set(snapshot_ids))
     if missing:
         raise KappaSourceError(f"plan: no pinned snapshot for source(s) {missing}; got {dict(snapshot_ids)}")
-    return plan_backfill(bf.params, bf.id, snapshot_ids, sources, spans_loader(bf, snapshot_ids))
+    planned = plan_backfill(bf.params, bf.id, snapshot_ids, sources, spans_loader(bf, snapshot_ids))
+    return replace(planned, warnings=planned.warnings + tuple(null_ingestion_warnings(bf, snapshot_ids)))
+
+
+def null_ingestion_warnings(bf: Backfill, snapshot_ids: Mapping[str, int]) -> list[str]:
+    """One warning per source table holding rows with a null ingestion column at its pinned
+    snapshot (or without the statistic to tell): no slice reads such rows (docs/source.md).
+
+    :param bf: the backfill.
+    :param snapshot_ids: concrete source name -> pinned snapshot id.
+    """
+    from airflow_provider_kappa.spark.catalog import load_table
+    from airflow_provider_kappa.spark.source.manifests import null_ingestion_rows
+
+    out = []
+    for src in {s.name: s for s in bf.sources().values()}.values():
+        table = load_table(bf.catalog_for(src.catalog), src.table)
+        nulls = null_ingestion_rows(table, snapshot_ids.get(src.name), src.ingestion_column)
+        if nulls is None:
+            out.append(
+                f"source {src.name}: some data files of {src.table} have no null count for {src.ingestion_column}; "
+                "rows with a null ingestion time, if any, are not read"
+            )
+        elif nulls:
+            out.append(
+                f"source {src.name}: {nulls} row(s) of {src.table} have a null {src.ingestion_column}; "
+                "no slice reads them (a row without an ingestion time belongs to no slice)"
+            )
+    return out
 
 
 # --------------------------------------------------------------------------- slice

@@ -254,3 +254,32 @@ def table_ingestion_range(table: Table, snapshot_id: int | None, ingestion_colum
     :param ingestion_column: the ingestion column.
     """
     return spans_range(file_spans(table, snapshot_id, ingestion_column, None, None))
+
+
+def null_ingestion_rows(table: Table, snapshot_id: int | None, ingestion_column: str) -> int | None:
+    """Rows of a snapshot whose ingestion column is null, from the manifests' null-value counts
+    (no data file is opened); ``None`` when a live data file has no such statistic.
+
+    A row without an ingestion time belongs to no ingestion range, so no slice reads it: the
+    plan reports their count instead of dropping them silently (docs/source.md).
+
+    :param table: a loaded pyiceberg table.
+    :param snapshot_id: the snapshot, ``None`` for the current one.
+    :param ingestion_column: the ingestion column.
+    """
+    from pyiceberg.manifest import ManifestContent
+
+    snapshot = resolve_snapshot(table, snapshot_id)
+    field = ingestion_field(snapshot_schema(table, snapshot), ingestion_column, table_name(table))
+    if snapshot is None:
+        return 0
+    total = 0
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DATA:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            nulls = (entry.data_file.null_value_counts or {}).get(field.field_id)
+            if nulls is None:
+                return None
+            total += int(nulls)
+    return total
