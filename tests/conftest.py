@@ -34,6 +34,7 @@ os.environ["KAPPA_CACHE_DIR"] = _CDS
 sys.path.insert(0, str(Path(__file__).parent))
 
 from servers.connect_server import connect_server  # noqa: E402,F401  (session-scoped Spark Connect server)
+from servers.kafka import kafka_broker  # noqa: E402,F401  (session-scoped Kafka broker, started on first use)
 
 
 TIERS = ("unit", "integration", "deploy")

@@ -99,6 +99,14 @@ class BackfillDefaults:
 
 
 @dataclass(frozen=True)
+class LandSection:
+    """The ``land:`` section: how ``kappa land`` lands Kafka into Iceberg."""
+
+    interval: timedelta = timedelta(minutes=5)  # one landing (micro-batch) per interval
+    starting_offsets: str = "earliest"  # where a landing with no checkpoint yet starts in each topic
+
+
+@dataclass(frozen=True)
 class ConnectConfig:
     """``job.connect``: the Spark Connect server slices run on, by Airflow connection or URL
     (absent: a local server per backfill)."""
@@ -133,6 +141,7 @@ class JobConfig:
     sources: Mapping[str, SourceConfig]
     sinks: Mapping[str, IcebergSinkConfig]
     backfill: BackfillDefaults = field(default_factory=BackfillDefaults)
+    land: LandSection = field(default_factory=LandSection)
 
     def job_sources(self) -> list[str]:
         """Names the job reads: every source that is not only a candidate of a dynamic one."""
@@ -285,7 +294,7 @@ def parse_config(raw: object, path: Path) -> JobConfig:
     :param raw: the mapping read from YAML.
     :param path: where it came from (relative paths resolve against its folder).
     """
-    top = _Section(raw, "", {"job", "catalogs", "sources", "sinks", "backfill"})
+    top = _Section(raw, "", {"job", "catalogs", "sources", "sinks", "backfill", "land"})
     for required in ("job", "catalogs", "sources", "sinks"):
         if not top.data.get(required):
             raise KappaConfigError(f"{required}: missing or empty in {path}; it is required")
@@ -365,7 +374,10 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         )
 
     backfill = _backfill_defaults(top.data.get("backfill"))
-    cfg = JobConfig(path=path, job=job, catalogs=catalogs, sources=sources, sinks=sinks, backfill=backfill)
+    cfg = JobConfig(
+        path=path, job=job, catalogs=catalogs, sources=sources, sinks=sinks, backfill=backfill,
+        land=_land(top.data.get("land")),
+    )  # fmt: skip
     _check_references(cfg)
     return cfg
 
@@ -467,6 +479,21 @@ def _backfill_defaults(body: object) -> BackfillDefaults:
         mode=mode,
         min_match=float(min_match),
     )
+
+
+def _land(body: object) -> LandSection:
+    """``land:``: ``interval`` (a positive duration, default 5min), ``starting_offsets`` (Spark's Kafka
+    ``startingOffsets`` of a landing's first start: ``earliest``, ``latest`` or its JSON form)."""
+    if body is None:
+        return LandSection()
+    sec = _Section(body, "land", {"interval", "starting_offsets"})
+    starting = sec.text("starting_offsets", "earliest")
+    if starting not in ("earliest", "latest") and not starting.lstrip().startswith("{"):
+        raise KappaConfigError(
+            f"land.starting_offsets: {starting!r} is not a starting position; allowed: 'earliest', 'latest' "
+            'or JSON offsets per topic and partition ({"topic": {"0": 42}})'
+        )
+    return LandSection(interval=parse_duration(sec.data.get("interval", "5min"), "land.interval"), starting_offsets=starting)
 
 
 def _check_references(cfg: JobConfig) -> None:

@@ -1,4 +1,4 @@
-"""The ``kappa`` command: demo, run, plan, backfill.
+"""The ``kappa`` command: demo, run, land, plan, backfill.
 
 Each verb lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 modules are imported only when their verb runs.
@@ -15,6 +15,7 @@ from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaEr
 VERBS = {
     "demo": "embedded default: local lake, live run, incident, backfill, report",
     "run": "run the job live (selected candidates, processing-time trigger)",
+    "land": "land the kafka candidates of dynamic sources into their iceberg tables",
     "plan": "print the slices a backfill would run, from manifests only",
     "backfill": "snapshot, plan, run slices, validate and publish a window",
 }

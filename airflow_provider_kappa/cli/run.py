@@ -1,7 +1,8 @@
 """``kappa run --config kappa.yaml``: the job live.
 
 Sources resolve to their ``selected`` candidate; an ``iceberg`` candidate runs in tail
-mode (following new snapshots), so the live path works locally without Kafka.
+mode (following new snapshots), so the live path works locally without Kafka. A ``kafka``
+candidate gets Spark's Kafka connector from the jars fetched at install time (``backfill/jvm.py``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from airflow_provider_kappa.backfill.config import load_config
+from airflow_provider_kappa.backfill.config import KafkaSourceConfig, load_config
+from airflow_provider_kappa.backfill.jvm import kafka_connector_conf
 from airflow_provider_kappa.backfill.launch import live_conf, write_catalogs_file
 from airflow_provider_kappa.backfill.submit import submit
 
@@ -27,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     private = Path(checkpoint) / "_kappa"
     catalogs_file = write_catalogs_file(cfg, private / "catalogs.json")
     conf = live_conf(cfg, catalogs_file, checkpoint)
+    if any(isinstance(cfg.resolve(n, backfill=False), KafkaSourceConfig) for n in cfg.job_sources()):
+        conf = kafka_connector_conf(conf)  # the connector fetched at install time, as local jars
     print(f"kappa run: {cfg.job.name} live on {cfg.job.master}, checkpoint {checkpoint}")
     submit(
         cfg.job.application,

@@ -12,3 +12,7 @@ LIVE = "live"
 BACKFILL = "backfill"
 AVAILABLE_NOW = "availableNow"
 PROCESSING_TIME = "processingTime"
+#: ``kappa land``: the comma-separated sources the landing application lands (spark/landing.py)
+LAND_SOURCES = PREFIX + "land.sources"
+#: the Kafka record's topic, partition and offset, as kappa land writes them into a landed table
+KAFKA_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Fetch the JVM artifacts kappa runs beside PySpark from Maven Central, once, at install time:
+#   <dest>/spark-kafka/  Spark's Kafka connector + what the pyspark wheel's jars/ lack (jvm/spark-kafka/pom.xml)
+#   <dest>/kafka/        an Apache Kafka broker (KRaft) for the tests and the demo (jvm/kafka/pom.xml)
+# <dest>: $KAPPA_JVM_DIR, else .cache/jvm in this checkout (what airflow_provider_kappa/backfill/jvm.py
+# looks in). Each folder is replaced atomically and stamped with its pom's hash: a second run with the
+# same poms does nothing and contacts no registry. Maven keeps its own cache in ~/.m2.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+dest="${KAPPA_JVM_DIR:-$here/../.cache/jvm}"
+command -v java >/dev/null 2>&1 || { echo "Java 17 is missing: install it with 'apt-get install -y openjdk-17-jre-headless' and retry."; exit 1; }
+mkdir -p "$dest"
+dest="$(cd "$dest" && pwd)"
+for name in spark-kafka kafka; do
+  pom="$here/$name/pom.xml"
+  stamp="$(sha256sum "$pom" | cut -c1-16)"
+  if [ -f "$dest/$name/.stamp" ] && [ "$(cat "$dest/$name/.stamp")" = "$stamp" ]; then
+    continue
+  fi
+  command -v mvn >/dev/null 2>&1 || { echo "Maven is missing (needed once to fetch the JVM artifacts): install it with 'apt-get install -y maven' and retry."; exit 1; }
+  tmp="$dest/.$name.tmp.$$"
+  log="$dest/$name.fetch.log"
+  rm -rf "$tmp"
+  if ! mvn -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp" >"$log" 2>&1; then
+    rm -rf "$tmp"
+    echo "Could not fetch the JVM artifacts of $pom from Maven Central (log: $log): check the network or the proxy/mirror in ~/.m2/settings.xml, then rerun 'make install' (or jvm/fetch.sh)."
+    exit 1
+  fi
+  echo "$stamp" >"$tmp/.stamp"
+  rm -rf "$dest/$name"
+  mv "$tmp" "$dest/$name"
+  rm -f "$log"
+  echo "fetched $(ls "$dest/$name" | grep -c '\.jar$') jars into $dest/$name"
+done

@@ -1,0 +1,167 @@
+"""``land:`` in kappa.yaml, the choice of what ``kappa land`` lands and its Spark conf, and the
+lookup of the JVM artifacts fetched at install time (``backfill/jvm.py``): no Spark, no broker."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_provider_kappa.backfill import jvm
+from airflow_provider_kappa.backfill.config import load_config
+from airflow_provider_kappa.backfill.landing import land_conf, landings
+from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.spark.settings import KafkaSourceSettings, load_settings
+
+BASE: dict[str, Any] = {
+    "job": {"name": "rmi", "application": "job.py", "checkpoint_root": "/tmp/ckpt", "spark_conf": {"spark.sql.shuffle.partitions": "4"}},
+    "catalogs": {"lake": {"type": "sql", "uri": "sqlite:////tmp/c.db", "warehouse": "file:///tmp/w"}},
+    "sources": {
+        "impressions": {"type": "dynamic", "selected": "live-impressions", "candidates": ["live-impressions", "lake-impressions"]},
+        "live-impressions": {"type": "kafka", "topics": "impressions", "bootstrap_servers": "kafka:9092", "schema": "id STRING"},
+        "lake-impressions": {"type": "iceberg", "catalog": "lake", "table": "raw.impressions", "ingestion_column": "ingestion_ts"},
+        "plays": {"type": "iceberg", "catalog": "lake", "table": "raw.plays", "ingestion_column": "ingestion_ts"},
+    },
+    "sinks": {"summary": {"type": "iceberg", "catalog": "lake", "table": "prod.summary", "time_column": "window_start"}},
+}
+
+
+def config(tmp_path: Path, **changes: Any) -> Any:
+    data = copy.deepcopy(BASE)
+    for dotted, value in changes.items():
+        node = data
+        *parents, last = dotted.split("__")
+        for key in parents:
+            node = node[key]
+        if value is None:
+            del node[last]
+        else:
+            node[last] = value
+    path = tmp_path / "kappa.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_config(path)
+
+
+def test_land_defaults_to_five_minutes_from_the_earliest_offsets(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    assert cfg.land.interval == timedelta(minutes=5) and cfg.land.starting_offsets == "earliest"
+    cfg = config(tmp_path, land={"interval": "PT30S", "starting_offsets": "latest"})
+    assert cfg.land.interval == timedelta(seconds=30) and cfg.land.starting_offsets == "latest"
+
+
+@pytest.mark.parametrize(
+    ("land", "match"),
+    [
+        ({"interval": "0s"}, "land.interval: '0s' must be positive"),
+        ({"interval": "-5min"}, "land.interval: '-5min'"),
+        ({"interval": "often"}, "land.interval: 'often' is not a duration"),
+        ({"interval": "1min", "trigger": "x"}, r"land: unknown key\(s\) \['trigger'\]"),
+        ({"starting_offsets": "now"}, "land.starting_offsets: 'now' is not a starting position"),
+        ("5min", "land: expected a mapping"),
+    ],
+)
+def test_bad_land_section_names_key_and_value(tmp_path: Path, land: Any, match: str) -> None:
+    with pytest.raises(KappaConfigError, match=match):
+        config(tmp_path, land=land)
+
+
+def test_landings_default_to_every_dynamic_source_with_both_candidates(tmp_path: Path) -> None:
+    [item] = landings(config(tmp_path))
+    assert (item.source, item.kafka.name, item.iceberg.table) == ("impressions", "live-impressions", "raw.impressions")
+
+
+def test_landings_refuse_what_cannot_land(tmp_path: Path) -> None:
+    with pytest.raises(KappaConfigError, match="'plays' is not a dynamic source"):
+        landings(config(tmp_path), ["plays"])
+    with pytest.raises(KappaConfigError, match=r"sources.live-impressions.schema: missing; kappa land parses"):
+        landings(config(tmp_path, **{"sources__live-impressions__schema": None}))
+    only_iceberg = {"type": "dynamic", "selected": "lake-impressions", "candidates": ["lake-impressions"]}
+    with pytest.raises(KappaConfigError, match="no dynamic source has both a 'kafka' and an 'iceberg' candidate"):
+        landings(config(tmp_path, sources__impressions=only_iceberg))
+    with pytest.raises(KappaConfigError, match=r"must hold exactly one 'kafka' and one 'iceberg' candidate"):
+        landings(config(tmp_path, sources__impressions=only_iceberg), ["impressions"])
+
+
+def test_land_conf_reads_the_kafka_candidate_into_the_iceberg_table(tmp_path: Path) -> None:
+    cfg = config(tmp_path, land={"interval": "1min"})
+    conf = land_conf(cfg, landings(cfg), "/secret/catalogs.json")
+    settings = load_settings(conf)
+    src = settings.source("impressions")
+    assert isinstance(src, KafkaSourceSettings)
+    assert (src.topics, src.ingestion_column, src.starting_offsets, src.schema) == ("impressions", "ingestion_ts", "earliest", "id STRING")
+    sink = settings.sink("impressions")
+    assert (sink.table, sink.write_table, sink.time_column, sink.catalog) == ("raw.impressions", "raw.impressions", "ingestion_ts", "lake")
+    assert (settings.mode, settings.trigger, settings.trigger_interval) == ("live", "processingTime", timedelta(minutes=1))
+    assert settings.checkpoint == "/tmp/ckpt/rmi/land"
+    assert conf["spark.kappa.land.sources"] == "impressions" and conf["spark.sql.shuffle.partitions"] == "4"
+    assert load_settings(land_conf(cfg, landings(cfg), "/c.json", available_now=True)).trigger == "availableNow"
+
+
+# --------------------------------------------------------------------------- jars
+
+
+def fake_jars(base: Path, names: list[str]) -> Path:
+    folder = base / jvm.SPARK_KAFKA
+    folder.mkdir(parents=True)
+    for name in names:
+        (folder / name).write_bytes(b"PK")
+    return base
+
+
+CONNECTOR = ["spark-sql-kafka-0-10_2.13-4.2.0.jar", "kafka-clients-3.9.2.jar", "commons-pool2-2.13.1.jar"]
+
+
+def test_the_connector_jars_go_to_spark_jars_as_local_files(tmp_path: Path) -> None:
+    base = fake_jars(tmp_path / "cache", CONNECTOR)
+    conf = jvm.kafka_connector_conf({"spark.jars": "/opt/udf.jar", "x": "1"}, [tmp_path / "empty", base])
+    jars = conf["spark.jars"].split(",")
+    assert jars[0] == "/opt/udf.jar" and len(jars) == 4 and conf["x"] == "1"
+    assert all(Path(j).is_file() for j in jars[1:]) and any("spark-sql-kafka" in j for j in jars)
+
+
+def test_a_conf_that_brings_its_own_connector_is_left_alone(tmp_path: Path) -> None:
+    own = {"spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"}
+    assert jvm.kafka_connector_conf(own, [tmp_path]) == own  # nothing fetched, nothing needed
+
+
+def test_missing_jars_say_what_to_run(tmp_path: Path) -> None:
+    with pytest.raises(KappaConfigError, match=r"'spark-kafka' are not fetched .*make install"):
+        jvm.kafka_connector_conf({}, [tmp_path])
+    with pytest.raises(KappaConfigError, match="holds no spark-sql-kafka-0-10 jar"):
+        jvm.kafka_connector_conf({}, [fake_jars(tmp_path / "c", ["kafka-clients-3.9.2.jar"])])
+    with pytest.raises(KappaConfigError, match="'kafka' are not fetched"):
+        jvm.broker_classpath([tmp_path])
+
+
+def test_the_jar_folder_comes_from_the_environment_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(jvm.JVM_DIR_ENV, str(tmp_path))
+    assert jvm.jvm_dirs() == [tmp_path]
+    monkeypatch.delenv(jvm.JVM_DIR_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    checkout, user = jvm.jvm_dirs()
+    assert checkout == Path(jvm.__file__).resolve().parents[2] / ".cache" / "jvm"
+    assert user == tmp_path / "xdg" / "airflow-provider-kappa" / "jvm"
+
+
+def test_the_fetched_connector_adds_nothing_the_pyspark_wheel_holds() -> None:
+    """The install's jars (when fetched here) hold no artifact the pyspark wheel's jars/ already has."""
+    import re
+
+    from airflow_provider_kappa.backfill.class_data_sharing import spark_home
+
+    try:
+        fetched = jvm.artifact_jars(jvm.SPARK_KAFKA)
+    except KappaConfigError:
+        pytest.skip("the JVM artifacts are not fetched in this checkout (make install fetches them)")
+    home = spark_home()
+    assert home is not None
+    artifact = lambda p: re.sub(r"-\d+(\.\d+)+[\w.\-]*\.jar$", "", p.name)  # noqa: E731
+    wheel = {artifact(p) for p in (home / "jars").glob("*.jar")}
+    assert sorted(artifact(p) for p in fetched) == [
+        "commons-pool2", "kafka-clients", "spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13",
+    ]  # fmt: skip
+    assert not wheel & {artifact(p) for p in fetched}
