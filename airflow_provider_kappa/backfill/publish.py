@@ -1,11 +1,28 @@
 """Publish: one atomic Iceberg commit replacing the target's window by the staged rows.
 
 The commit is one pyiceberg :class:`~pyiceberg.table.Transaction` on the target: a delete of
-every row with ``time_column`` in ``[start, end)`` (whole files dropped; files that straddle
-the window rewritten copy-on-write, keeping their rows outside it) followed by a fast
-append of the staged rows. The transaction may hold up to three snapshots (delete,
-rewrite, append) but reaches the catalog as ONE metadata swap: a reader of the table's
-current state sees the old window or the whole new one, never a mix.
+every row with ``time_column`` in ``[start, end)`` (``Transaction.delete``: whole files
+dropped; files that straddle the window rewritten copy-on-write, keeping their rows outside
+it) followed by a fast append (``update_snapshot().fast_append().append_data_file``) of the
+staged data files. The transaction may hold up to three snapshots (delete, rewrite, append)
+but reaches the catalog as ONE metadata swap: a reader of the table's current state sees the
+old window or the whole new one, never a mix. Files entirely outside the window are not
+touched.
+
+By reference, in O(files): the staging tables are created like the target (same schema,
+field ids, partition spec), so their Parquet files are already files of the target. Publish
+takes their ``DataFile`` entries (with column metrics and partition values) from the staging
+tables' scans and appends those very files, re-labelled with the target's default partition
+spec id: no staged row is read or written. Before committing, each such staging table is
+marked published (:func:`~airflow_provider_kappa.spark.staging.mark_published`), so that
+clearing or dropping it later never deletes a data file the target references. A staging
+table whose field ids or partition spec differ from the target's current ones (the target
+evolved since the slice ran) or that holds delete files is the exception: its rows are
+streamed and written again as target files (bounded memory, a file per batch group).
+
+Staged rows outside the window (or with a null ``time_column``) are refused before anything
+is committed; files whose column metrics put them inside the window are not even read (a
+scan of the staging tables for rows outside the window prunes them).
 
 Concurrency: the commit asserts the branch head it was built on. When another writer
 (the live job) commits first, the catalog refuses it; pyiceberg's transaction then
@@ -16,8 +33,9 @@ keeps refusing (``CommitFailedException``), the table is refreshed and the whole
 transaction rebuilt on the fresh state, at most ``max_attempts`` times. Rows another
 writer appended outside the window are therefore kept; rows it appended inside the
 window are replaced like the rest of the window (after publish the window holds exactly
-the staged rows). The staged rows are written as Parquet data files once and reused by
-every attempt; they are deleted if no attempt commits.
+the staged rows). Files publish writes itself (rows passed to :func:`replace_window`, or
+the exception above) are written once, reused by every attempt, and deleted if none
+commits; staged files committed by reference are never deleted by publish.
 
 Gate with :func:`check_min_match` before calling; a dry run simply does not call
 :func:`publish_window`. The caller drops staging after a successful publish.
@@ -25,23 +43,28 @@ Gate with :func:`check_min_match` before calling; a dry run simply does not call
 
 from __future__ import annotations
 
+import logging
 import uuid
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
+from airflow_provider_kappa.backfill.row_stream import plain_schema, plan, table_batches
+from airflow_provider_kappa.backfill.validate import check_min_match, in_window_mask, window_filter
 from airflow_provider_kappa.exceptions import KappaSinkError
 from airflow_provider_kappa.timeparse import parse_timestamp
-from airflow_provider_kappa.backfill.validate import check_min_match, in_window_mask, read_staged, window_filter
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
+    from pyiceberg.expressions import BooleanExpression
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
-__all__ = ["PublishResult", "check_min_match", "publish_window", "replace_window"]
+__all__ = ["PublishResult", "check_min_match", "publish_window", "replace_window", "staged_files"]
+
+log = logging.getLogger(__name__)
 
 WINDOW_START_PROPERTY = "kappa.publish.window-start"
 WINDOW_END_PROPERTY = "kappa.publish.window-end"
@@ -76,7 +99,8 @@ def publish_window(
     max_attempts: int = 5,
     snapshot_properties: Mapping[str, str] | None = None,
 ) -> PublishResult:
-    """Replace the target's rows with ``time_column`` in ``[start, end)`` by the staged rows.
+    """Replace the target's rows with ``time_column`` in ``[start, end)`` by the staged rows,
+    committing the staging tables' data files by reference.
 
     :param catalog: the pyiceberg catalog holding target and staging tables.
     :param target_table: the sink's target table.
@@ -95,11 +119,9 @@ def publish_window(
         table = catalog.load_table(target_table)
     except NoSuchTableError as e:
         raise KappaSinkError(f"publish: target table {target_table!r} does not exist in catalog {catalog.name!r}") from e
-    staged = read_staged(catalog, staging, table.schema().as_arrow())
+    staged = staged_files(catalog, staging, table, time_column, start, end)
     props = {STAGING_PROPERTY: ",".join(staging)[:2000], **(snapshot_properties or {})}
-    return replace_window(
-        table, staged, time_column, start, end, max_attempts=max_attempts, snapshot_properties=props
-    )
+    return _commit_window(table, staged, time_column, start, end, max_attempts=max_attempts, snapshot_properties=props)
 
 
 def replace_window(
@@ -112,7 +134,8 @@ def replace_window(
     max_attempts: int = 5,
     snapshot_properties: Mapping[str, str] | None = None,
 ) -> PublishResult:
-    """Replace ``table``'s window by ``staged`` in one commit, retried on conflicts.
+    """Replace ``table``'s window by ``staged``, rows already held in memory, in one commit
+    retried on conflicts (the rows are written as data files of ``table`` once).
 
     ``table`` may be stale (loaded before other writers committed): a conflicting commit is
     refused by the catalog, the table refreshed and the commit rebuilt.
@@ -127,20 +150,141 @@ def replace_window(
     :raises KappaSinkError: for staged rows outside the window, a schema mismatch, or
         conflicts on every attempt.
     """
-    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, ValidationException
-
-    if max_attempts < 1:
-        raise KappaSinkError(f"publish: max_attempts {max_attempts!r} must be at least 1")
-    lo, hi = parse_timestamp(start, "window start"), parse_timestamp(end, "window end")
-    row_filter = window_filter(table.schema(), time_column, lo, hi)
     import pyarrow.compute as pc
 
+    lo, hi = parse_timestamp(start, "window start"), parse_timestamp(end, "window end")
+    window_filter(table.schema(), time_column, lo, hi)
     outside = staged.num_rows - int(pc.sum(in_window_mask(staged, time_column, lo, hi)).as_py() or 0)
+    _refuse_outside(outside, time_column, lo, hi)
+    return _commit_window(
+        table, _Staged(rows=[staged] if staged.num_rows else []), time_column, start, end,
+        max_attempts=max_attempts, snapshot_properties=snapshot_properties,
+    )  # fmt: skip
+
+
+@dataclass
+class _Staged:
+    """What a publish appends: staging tables whose files go in by reference and rows (or
+    staging tables) to write as new target files."""
+
+    by_reference: list[tuple[Table, list[DataFile]]] = field(default_factory=list)
+    rewrite: list[Table] = field(default_factory=list)
+    rows: list[pa.Table] = field(default_factory=list)
+    written: list[DataFile] = field(default_factory=list)
+    written_for: tuple[int, int] | None = None
+
+    def files_for(self, table: Table) -> list[DataFile]:
+        """The data files to append to ``table`` (its current schema and spec)."""
+        spec_id = table.metadata.default_spec_id
+        shape = (table.metadata.current_schema_id, spec_id)
+        if self.written_for != shape:
+            self.discard(table)
+            moved = [t for t, _ in self.by_reference if not _same_layout(t, table)]
+            if moved:  # the target's schema or spec changed since staging was prepared
+                self.by_reference = [(t, f) for t, f in self.by_reference if t not in moved]
+                self.rewrite.extend(moved)
+            self.written = _write_rows(table, self.rows, self.rewrite)
+            self.written_for = shape
+        files = []
+        for _, staged in self.by_reference:
+            for data_file in staged:
+                data_file.spec_id = spec_id  # same fields as the staging spec (checked by _same_layout)
+                files.append(data_file)
+        return files + self.written
+
+    def discard(self, table: Table) -> None:
+        """Delete the files publish wrote itself (never the staged files taken by reference)."""
+        for data_file in self.written:
+            table.io.delete(data_file.file_path)
+        self.written = []
+        self.written_for = None
+
+
+def staged_files(
+    catalog: Catalog, staging: Iterable[str], table: Table, time_column: str, start: datetime, end: datetime
+) -> _Staged:
+    """The staging tables' data files to publish into ``table``, after checking that no staged
+    row falls outside the window (only files whose metrics do not prove it are read, and only
+    their ``time_column``).
+
+    :raises KappaSinkError: for a missing staging table or staged rows outside the window.
+    """
+    from pyiceberg.exceptions import NoSuchTableError
+
+    lo, hi = parse_timestamp(start, "window start"), parse_timestamp(end, "window end")
+    outside_filter = _outside(window_filter(table.schema(), time_column, lo, hi), time_column)
+    staged = _Staged()
+    outside = 0
+    for identifier in staging:
+        try:
+            source = catalog.load_table(identifier)
+        except NoSuchTableError as e:
+            raise KappaSinkError(f"staging table {identifier!r} does not exist in catalog {catalog.name!r}") from e
+        if time_column not in source.schema().column_names:
+            raise KappaSinkError(f"staging table {identifier!r} has no column {time_column!r}, unlike the target")
+        for batch in table_batches(source, plan(source, outside_filter), columns=[time_column]):
+            outside += batch.num_rows - int(_count_true(in_window_mask(batch, time_column, lo, hi)))
+        tasks = plan(source)
+        if any(task.delete_files for task in tasks) or not _same_layout(source, table):
+            staged.rewrite.append(source)
+        elif tasks:
+            staged.by_reference.append((source, [task.file for task in tasks]))
+    _refuse_outside(outside, time_column, lo, hi)
+    return staged
+
+
+def _outside(window: BooleanExpression, time_column: str) -> BooleanExpression:
+    from pyiceberg.expressions import IsNull, Not, Or
+
+    return Or(Not(window), IsNull(time_column))  # type: ignore[call-arg, arg-type]
+
+
+def _count_true(mask: pa.Array | pa.ChunkedArray) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.sum(mask).as_py() or 0)
+
+
+def _refuse_outside(outside: int, time_column: str, lo: datetime, hi: datetime) -> None:
     if outside:
         raise KappaSinkError(
             f"publish: {outside} staged row(s) have {time_column} outside the window "
             f"[{lo.isoformat()}, {hi.isoformat()}) or null; refusing to publish rows the window does not own"
         )
+
+
+def _same_layout(staged: Table, target: Table) -> bool:
+    """Whether ``staged``'s data files are files of ``target`` as they are: same format version,
+    same schema with the same field ids, same partition fields as the target's default spec."""
+
+    def spec(t: Table) -> list[tuple[int, str]]:
+        return [(f.source_id, str(f.transform)) for f in t.spec().fields]
+
+    return (
+        staged.format_version == target.format_version
+        and staged.schema().as_struct() == target.schema().as_struct()
+        and spec(staged) == spec(target)
+    )
+
+
+def _commit_window(
+    table: Table,
+    staged: _Staged,
+    time_column: str,
+    start: datetime,
+    end: datetime,
+    *,
+    max_attempts: int,
+    snapshot_properties: Mapping[str, str] | None,
+) -> PublishResult:
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, ValidationException
+
+    from airflow_provider_kappa.spark.staging import mark_published
+
+    if max_attempts < 1:
+        raise KappaSinkError(f"publish: max_attempts {max_attempts!r} must be at least 1")
+    lo, hi = parse_timestamp(start, "window start"), parse_timestamp(end, "window end")
+    row_filter = window_filter(table.schema(), time_column, lo, hi)
     props = {
         WINDOW_START_PROPERTY: lo.isoformat(),
         WINDOW_END_PROPERTY: hi.isoformat(),
@@ -149,15 +293,12 @@ def replace_window(
     }
     publish_id = str(uuid.uuid4())
     props = {PUBLISH_ID_PROPERTY: publish_id, **props}
-    files: list[DataFile] = []
-    written_for: tuple[int, int] | None = None
     last: Exception | None = None
     try:
         for attempt in range(1, max_attempts + 1):
-            shape = (table.metadata.current_schema_id, table.metadata.default_spec_id)
-            if staged.num_rows and written_for != shape:
-                _delete_files(table, files)
-                files, written_for = _write_files(table, staged), shape
+            files = staged.files_for(table)
+            for source, _ in staged.by_reference:
+                mark_published(source, ".".join(table.name()))
             try:
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="Delete operation did not match any records")
@@ -172,17 +313,18 @@ def replace_window(
                 table = table.refresh()
                 continue
             snapshot = table.current_snapshot()
+            added = sum(f.record_count for f in files)
             return PublishResult(
                 snapshot_id=None if snapshot is None else snapshot.snapshot_id,
-                rows_deleted=_rows_deleted(table, publish_id, staged.num_rows if files else 0),
-                rows_added=staged.num_rows,
+                rows_deleted=_rows_deleted(table, publish_id, added),
+                rows_added=added,
                 attempts=attempt,
             )
     except BaseException as e:
         if not isinstance(e, CommitStateUnknownException):  # the files may be committed: keep them
-            _delete_files(table, files)
+            staged.discard(table)
         raise
-    _delete_files(table, files)
+    staged.discard(table)
     raise KappaSinkError(
         f"publish: commit to {'.'.join(table.name())} conflicted {max_attempts} time(s) with other writers "
         f"({type(last).__name__}: {last}); the target was not changed (retry the publish)"
@@ -201,19 +343,55 @@ def _rows_deleted(table: Table, publish_id: str, appended: int) -> int:
     return deleted - (added - appended)
 
 
-def _write_files(table: Table, staged: pa.Table) -> list[DataFile]:
+_REWRITE_ROWS = 1_000_000
+
+
+def _write_rows(table: Table, rows: list[pa.Table], rewrite: list[Table]) -> list[DataFile]:
+    """Write ``rows`` and the rows of the ``rewrite`` staging tables (streamed, at most
+    ``_REWRITE_ROWS`` rows held at a time) as data files of ``table``.
+
+    pyiceberg has no public API that writes data files without committing them
+    (``Transaction.append`` writes and commits in one step, so a retried publish would write
+    the rows again and leave the files of every refused attempt behind); its writer
+    ``_dataframe_to_data_files`` and schema check ``_check_pyarrow_schema_compatible`` are
+    used here, only for rows that cannot go in by reference.
+    """
+    import pyarrow as pa
     from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, _dataframe_to_data_files
 
+    schema = plain_schema(table)
+    written: list[DataFile] = []
+
+    def write(part: pa.Table) -> None:
+        try:
+            _check_pyarrow_schema_compatible(table.schema(), provided_schema=part.schema, format_version=table.metadata.format_version)
+        except ValueError as e:
+            raise KappaSinkError(f"publish: staged rows do not match the schema of {'.'.join(table.name())}: {e}") from e
+        written.extend(_dataframe_to_data_files(table_metadata=table.metadata, df=part, io=table.io, write_uuid=uuid.uuid4()))
+
     try:
-        _check_pyarrow_schema_compatible(
-            table.schema(), provided_schema=staged.schema, format_version=table.metadata.format_version
-        )
-    except ValueError as e:
-        raise KappaSinkError(f"publish: staged rows do not match the schema of {'.'.join(table.name())}: {e}") from e
-    return list(_dataframe_to_data_files(table_metadata=table.metadata, df=staged, io=table.io, write_uuid=uuid.uuid4()))
-
-
-def _delete_files(table: Table, files: list[DataFile]) -> None:
-    for data_file in files:
-        table.io.delete(data_file.file_path)
-    files.clear()
+        for part in rows:
+            write(part)
+        for source in rewrite:
+            log.warning(
+                "publish: staging table %s does not share the layout of %s (schema ids or partition spec changed): "
+                "its rows are written again instead of committed by reference", ".".join(source.name()), ".".join(table.name()),
+            )  # fmt: skip
+            held: list[pa.RecordBatch] = []
+            for batch in table_batches(source, plan(source)):
+                try:
+                    held.append(batch.select(schema.names).cast(schema))
+                except (KeyError, ValueError, pa.ArrowInvalid) as e:
+                    raise KappaSinkError(
+                        f"staging table {'.'.join(source.name())!r} has schema {batch.schema}, which does not match the target's {schema}"
+                    ) from e
+                if sum(b.num_rows for b in held) >= _REWRITE_ROWS:
+                    write(pa.Table.from_batches(held, schema))
+                    held = []
+            if held:
+                write(pa.Table.from_batches(held, schema))
+    except BaseException:
+        for data_file in written:
+            table.io.delete(data_file.file_path)
+        raise
+    return written

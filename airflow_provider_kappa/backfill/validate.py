@@ -1,23 +1,38 @@
 """Staged backfill output vs the target's current rows for a window: a multiset comparison.
 
 Both sides are read with pyiceberg for ``time_column`` in ``[start, end)`` and compared as
-multisets of full rows (every column, nulls equal to nulls) with one pyarrow ``group_by``
-over the concatenation of the two sides: a row value staged ``s`` times and present ``t``
-times in the target contributes ``min(s, t)`` matched rows.
+multisets of full rows (every column, nulls equal to nulls): a row value staged ``s`` times
+and present ``t`` times in the target contributes ``min(s, t)`` matched rows.
 
 ``match_rate`` = matched rows / max(staged rows, target rows) * 100. When both sides are
 empty it is 100.0 and ``empty`` is True (nothing to compare is not a disagreement, but a
 caller may want to refuse it). No Spark, no Airflow.
+
+Bounded memory (:func:`validate_window`): the window is never held by the worker. Both sides
+are streamed in batches of at most ``batch_rows`` rows, one data file at a time
+(:mod:`~airflow_provider_kappa.backfill.row_stream`). Each in-window row is hashed (all its
+columns) to one of ``P`` partitions and appended, with a staged/target marker, to that
+partition's Arrow IPC file in a temporary directory; ``P`` is chosen from the planned row
+count so that one partition holds about ``partition_bytes``. Identical rows always land in
+the same partition, so the partitions are then compared one at a time with an exact pyarrow
+``group_by`` over the full rows (hashes only route rows; equality is decided on the values):
+the numbers are those of one ``group_by`` over the whole window, and the differing rows of
+the samples are real rows. Counts per hour and rows outside the window are summed batch by
+batch. Peak memory: a few batches, one partition and its ``group_by``, whatever the window.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from airflow_provider_kappa.backfill.row_stream import DEFAULT_BATCH_ROWS, plain_schema, plan, table_batches
 from airflow_provider_kappa.exceptions import KappaSinkError, KappaValidationError
 from airflow_provider_kappa.timeparse import parse_timestamp
 
@@ -30,6 +45,8 @@ if TYPE_CHECKING:
 
 _STAGED = "__kappa_staged"
 _TARGET = "__kappa_target"
+DEFAULT_PARTITION_BYTES = 8 * 1024 * 1024
+_MAX_PARTITIONS = 512
 
 
 @dataclass
@@ -174,7 +191,7 @@ def read_window(table: Table, time_column: str, start: datetime, end: datetime) 
     return table.scan(row_filter=window_filter(table.schema(), time_column, start, end)).to_arrow()
 
 
-def in_window_mask(rows: pa.Table, time_column: str, start: datetime, end: datetime) -> pa.ChunkedArray:
+def in_window_mask(rows: pa.Table | pa.RecordBatch, time_column: str, start: datetime, end: datetime) -> pa.ChunkedArray:
     """Boolean mask of ``rows`` whose ``time_column`` is in ``[start, end)`` (null is outside).
 
     :param rows: Arrow rows with a timestamp (with or without zone) or date ``time_column``.
@@ -242,24 +259,17 @@ def _row_keys(table: pa.Table) -> pa.Table:
     return pa.table(cols, names=table.column_names)
 
 
-def compare_rows(staged: pa.Table, target: pa.Table, sample: int) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int]:
-    """Multiset comparison of two tables with the same columns.
-
-    :return: (matched rows, sample only in staged, sample only in target,
-        rows only in staged, rows only in target).
-    """
+def _key_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema of :func:`_row_keys`'s result for rows of ``schema``."""
     import pyarrow as pa
+
+    return pa.schema([pa.field(f.name, pa.string() if pa.types.is_nested(f.type) else f.type) for f in schema])
+
+
+def _compare_grouped(grouped: pa.Table, sample: int) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int]:
+    """Matched rows, samples and excess counts of a ``group_by(rows).aggregate(staged sum, target sum)``."""
     import pyarrow.compute as pc
 
-    keys = staged.column_names
-    left = _row_keys(staged).append_column(_STAGED, pa.repeat(1, staged.num_rows).cast(pa.int64()))
-    left = left.append_column(_TARGET, pa.repeat(0, staged.num_rows).cast(pa.int64()))
-    right = _row_keys(target).append_column(_STAGED, pa.repeat(0, target.num_rows).cast(pa.int64()))
-    right = right.append_column(_TARGET, pa.repeat(1, target.num_rows).cast(pa.int64()))
-    both = pa.concat_tables([left, right.cast(left.schema)])
-    if both.num_rows == 0:
-        return 0, [], [], 0, 0
-    grouped = both.group_by(keys, use_threads=False).aggregate([(_STAGED, "sum"), (_TARGET, "sum")])
     s, t = grouped[f"{_STAGED}_sum"], grouped[f"{_TARGET}_sum"]
     matched = int(pc.sum(pc.min_element_wise(s, t)).as_py() or 0)
     excess_staged = pc.subtract(s, t)
@@ -284,26 +294,90 @@ def compare_rows(staged: pa.Table, target: pa.Table, sample: int) -> tuple[int, 
     )
 
 
-def hourly_counts(staged: pa.Table, target: pa.Table, time_column: str) -> list[HourCounts]:
-    """Rows per hour of ``time_column`` (UTC) on both sides, hours in order."""
+def _group(both: pa.Table) -> pa.Table:
+    keys = [c for c in both.column_names if c not in (_STAGED, _TARGET)]
+    return both.group_by(keys, use_threads=False).aggregate([(_STAGED, "sum"), (_TARGET, "sum")])
+
+
+def compare_rows(staged: pa.Table, target: pa.Table, sample: int) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int]:
+    """Multiset comparison of two tables with the same columns, both held in memory
+    (:func:`validate_window` streams instead).
+
+    :return: (matched rows, sample only in staged, sample only in target,
+        rows only in staged, rows only in target).
+    """
+    import pyarrow as pa
+
+    left = _row_keys(staged).append_column(_STAGED, pa.repeat(1, staged.num_rows).cast(pa.int64()))
+    left = left.append_column(_TARGET, pa.repeat(0, staged.num_rows).cast(pa.int64()))
+    right = _row_keys(target).append_column(_STAGED, pa.repeat(0, target.num_rows).cast(pa.int64()))
+    right = right.append_column(_TARGET, pa.repeat(1, target.num_rows).cast(pa.int64()))
+    both = pa.concat_tables([left, right.cast(left.schema)])
+    if both.num_rows == 0:
+        return 0, [], [], 0, 0
+    return _compare_grouped(_group(both), sample)
+
+
+def _hour_counts(rows: pa.Table | pa.RecordBatch, time_column: str) -> dict[str, int]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def per_hour(rows: pa.Table) -> dict[str, int]:
-        if rows.num_rows == 0:
-            return {}
-        column = rows[time_column]
-        if pa.types.is_date(column.type):
-            column = column.cast(pa.timestamp("us"))
-        hours = pa.table({"h": pc.floor_temporal(column, unit="hour")})
-        counted = hours.group_by(["h"], use_threads=False).aggregate([([], "count_all")])
-        out = {}
-        for h, n in zip(counted["h"].to_pylist(), counted["count_all"].to_pylist()):
-            out["null" if h is None else h.isoformat()] = int(n)
-        return out
+    if rows.num_rows == 0:
+        return {}
+    column = rows[time_column]
+    if pa.types.is_date(column.type):
+        column = column.cast(pa.timestamp("us"))
+    hours = pa.table({"h": pc.floor_temporal(column, unit="hour")})
+    counted = hours.group_by(["h"], use_threads=False).aggregate([([], "count_all")])
+    out = {}
+    for h, n in zip(counted["h"].to_pylist(), counted["count_all"].to_pylist()):
+        out["null" if h is None else h.isoformat()] = int(n)
+    return out
 
-    s, t = per_hour(staged), per_hour(target)
+
+def _hours(s: dict[str, int], t: dict[str, int]) -> list[HourCounts]:
     return [HourCounts(hour=h, staged=s.get(h, 0), target=t.get(h, 0)) for h in sorted(set(s) | set(t))]
+
+
+def hourly_counts(staged: pa.Table, target: pa.Table, time_column: str) -> list[HourCounts]:
+    """Rows per hour of ``time_column`` (UTC) on both sides, hours in order."""
+    return _hours(_hour_counts(staged, time_column), _hour_counts(target, time_column))
+
+
+def _report(
+    *,
+    target_table: str,
+    staging: list[str],
+    time_column: str,
+    start: datetime,
+    end: datetime,
+    staged_rows: int,
+    target_rows: int,
+    compared: tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int],
+    per_hour: list[HourCounts],
+    staged_outside_window: int,
+) -> ValidationReport:
+    matched, only_s, only_t, n_only_s, n_only_t = compared
+    denominator = max(staged_rows, target_rows)
+    empty = denominator == 0
+    return ValidationReport(
+        target_table=target_table,
+        staging_tables=list(staging),
+        time_column=time_column,
+        window_start=parse_timestamp(start, "window start").isoformat(),
+        window_end=parse_timestamp(end, "window end").isoformat(),
+        staged_rows=staged_rows,
+        target_rows=target_rows,
+        matched_rows=matched,
+        match_rate=100.0 if empty else matched * 100.0 / denominator,
+        empty=empty,
+        only_staged_rows=n_only_s,
+        only_target_rows=n_only_t,
+        staged_outside_window=staged_outside_window,
+        per_hour=per_hour,
+        only_staged_sample=only_s,
+        only_target_sample=only_t,
+    )
 
 
 def build_report(
@@ -330,27 +404,103 @@ def build_report(
     :param staged_outside_window: staged rows found outside the window.
     :param sample: how many differing rows to keep per side.
     """
-    matched, only_s, only_t, n_only_s, n_only_t = compare_rows(staged, target, sample)
-    denominator = max(staged.num_rows, target.num_rows)
-    empty = denominator == 0
-    return ValidationReport(
+    return _report(
         target_table=target_table,
-        staging_tables=list(staging),
+        staging=staging,
         time_column=time_column,
-        window_start=parse_timestamp(start, "window start").isoformat(),
-        window_end=parse_timestamp(end, "window end").isoformat(),
+        start=start,
+        end=end,
         staged_rows=staged.num_rows,
         target_rows=target.num_rows,
-        matched_rows=matched,
-        match_rate=100.0 if empty else matched * 100.0 / denominator,
-        empty=empty,
-        only_staged_rows=n_only_s,
-        only_target_rows=n_only_t,
-        staged_outside_window=staged_outside_window,
+        compared=compare_rows(staged, target, sample),
         per_hour=hourly_counts(staged, target, time_column),
-        only_staged_sample=only_s,
-        only_target_sample=only_t,
+        staged_outside_window=staged_outside_window,
     )
+
+
+class _Spill:
+    """Rows of both sides routed by a hash of the whole row to ``partitions`` Arrow IPC files.
+
+    Each file holds the key columns (:func:`_row_keys`) and two int64 markers (1 on the
+    staged or the target side). ``largest_batch_rows`` / ``largest_partition_rows`` record
+    the biggest pieces held in memory (what the memory bound rests on).
+    """
+
+    def __init__(self, directory: Path, schema: pa.Schema, partitions: int) -> None:
+        import pyarrow as pa
+
+        self.directory = directory
+        self.keys = _key_schema(schema)
+        self.schema = self.keys.append(pa.field(_STAGED, pa.int64())).append(pa.field(_TARGET, pa.int64()))
+        self.partitions = partitions
+        self.writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
+        self.largest_batch_rows = 0
+        self.largest_partition_rows = 0
+
+    def add(self, rows: pa.RecordBatch, staged: bool) -> None:
+        """Route ``rows`` (already windowed) of one side to their partitions."""
+        import pyarrow as pa
+
+        n = rows.num_rows
+        if n == 0:
+            return
+        self.largest_batch_rows = max(self.largest_batch_rows, n)
+        keys = _row_keys(pa.Table.from_batches([rows])).cast(self.keys)
+        ones, zeros = pa.repeat(1, n).cast(pa.int64()), pa.repeat(0, n).cast(pa.int64())
+        keys = keys.append_column(_STAGED, ones if staged else zeros).append_column(_TARGET, zeros if staged else ones)
+        if self.partitions == 1:
+            self._write(0, keys)
+            return
+        import numpy as np
+
+        ids = _partition_ids(keys.select(self.keys.names), self.partitions)
+        order = np.argsort(ids, kind="stable")
+        bounds = np.searchsorted(ids[order], np.arange(self.partitions + 1))
+        routed = keys.take(pa.array(order))
+        for p in range(self.partitions):
+            if bounds[p + 1] > bounds[p]:
+                self._write(p, routed.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])))
+
+    def _write(self, partition: int, rows: pa.Table) -> None:
+        import pyarrow as pa
+
+        writer = self.writers.get(partition)
+        if writer is None:
+            options = pa.ipc.IpcWriteOptions(compression="lz4")
+            writer = pa.ipc.new_stream(str(self.directory / f"p{partition:04d}.arrows"), self.schema, options=options)
+            self.writers[partition] = writer
+        writer.write_table(rows)
+
+    def grouped(self) -> Iterator[pa.Table]:
+        """Each partition's rows grouped: the keys with the sums of both markers."""
+        import pyarrow as pa
+
+        for writer in self.writers.values():
+            writer.close()
+        for partition in sorted(self.writers):
+            with pa.ipc.open_stream(str(self.directory / f"p{partition:04d}.arrows")) as reader:
+                rows = reader.read_all()
+            self.largest_partition_rows = max(self.largest_partition_rows, rows.num_rows)
+            yield _group(rows)
+            del rows
+
+
+def _partition_ids(keys: pa.Table, partitions: int) -> Any:
+    """A partition number per row, from a 64-bit hash of all its values (pandas' hash_pandas_object)."""
+    import pandas as pd
+
+    frame = keys.to_pandas(date_as_object=False, ignore_metadata=True)
+    return pd.util.hash_pandas_object(frame, index=False).to_numpy() % partitions
+
+
+def _partition_count(schema: pa.Schema, rows: int, partition_bytes: int) -> int:
+    """Enough partitions for ``rows`` rows of ``schema`` to give about ``partition_bytes`` each."""
+    import pyarrow as pa
+
+    width = 16  # the two markers
+    for f in _key_schema(schema):
+        width += f.type.byte_width if pa.types.is_primitive(f.type) and f.type.bit_width >= 8 else 32
+    return max(1, min(_MAX_PARTITIONS, math.ceil(rows * width / max(1, partition_bytes))))
 
 
 def validate_window(
@@ -361,8 +511,13 @@ def validate_window(
     start: datetime,
     end: datetime,
     sample: int = 5,
+    *,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    partition_bytes: int = DEFAULT_PARTITION_BYTES,
+    spill_dir: str | Path | None = None,
 ) -> ValidationReport:
-    """Compare a backfill's staged rows with the target's current rows for ``[start, end)``.
+    """Compare a backfill's staged rows with the target's current rows for ``[start, end)``,
+    with memory bounded whatever the window's size (see the module docstring).
 
     :param catalog: the pyiceberg catalog holding target and staging tables.
     :param target_table: the sink's target table.
@@ -371,25 +526,100 @@ def validate_window(
     :param start: window start (aware).
     :param end: window end (aware).
     :param sample: how many rows only in staged / only in target to include.
+    :param batch_rows: the most rows read from a data file at a time.
+    :param partition_bytes: about how many bytes of rows one compared partition holds.
+    :param spill_dir: where the partitions are written (a temporary directory inside it,
+        removed at the end); default: the system's temporary directory.
     :raises KappaSinkError: if a table is missing or a staging table does not match the target.
     """
+    return _validate(
+        catalog, target_table, staging, time_column, start, end, sample,
+        batch_rows=batch_rows, partition_bytes=partition_bytes, spill_dir=spill_dir,
+    )[0]  # fmt: skip
+
+
+def _validate(
+    catalog: Catalog,
+    target_table: str,
+    staging: list[str],
+    time_column: str,
+    start: datetime,
+    end: datetime,
+    sample: int,
+    *,
+    batch_rows: int,
+    partition_bytes: int,
+    spill_dir: str | Path | None,
+) -> tuple[ValidationReport, _Spill]:
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
         target = catalog.load_table(target_table)
     except NoSuchTableError as e:
         raise KappaSinkError(f"validate: target table {target_table!r} does not exist in catalog {catalog.name!r}") from e
-    target_rows = read_window(target, time_column, start, end)
-    staged_all = read_staged(catalog, staging, target_rows.schema)
-    staged_rows = staged_all.filter(in_window_mask(staged_all, time_column, start, end))
-    return build_report(
+    row_filter = window_filter(target.schema(), time_column, start, end)
+    schema = plain_schema(target)
+    target_tasks = plan(target, row_filter)
+    staged_plans = []
+    for identifier in staging:
+        try:
+            table = catalog.load_table(identifier)
+        except NoSuchTableError as e:
+            raise KappaSinkError(f"staging table {identifier!r} does not exist in catalog {catalog.name!r}") from e
+        staged_plans.append((identifier, table, plan(table)))
+    planned = sum(t.file.record_count for t in target_tasks) + sum(t.file.record_count for *_, ts in staged_plans for t in ts)
+    counts = {"staged": 0, "target": 0, "outside": 0}
+    hours: dict[str, dict[str, int]] = {"staged": {}, "target": {}}
+
+    def count_hours(side: str, rows: pa.RecordBatch) -> None:
+        for h, n in _hour_counts(rows, time_column).items():
+            hours[side][h] = hours[side].get(h, 0) + n
+
+    with tempfile.TemporaryDirectory(prefix="kappa-validate-", dir=spill_dir) as work:
+        spill = _Spill(Path(work), schema, _partition_count(schema, planned, partition_bytes))
+        for batch in table_batches(target, target_tasks, batch_rows=batch_rows):
+            inside = batch.filter(in_window_mask(batch, time_column, start, end))
+            counts["target"] += inside.num_rows
+            count_hours("target", inside)
+            spill.add(inside, staged=False)
+        for identifier, table, tasks in staged_plans:
+            for batch in _as_target(identifier, table_batches(table, tasks, batch_rows=batch_rows), schema):
+                inside = batch.filter(in_window_mask(batch, time_column, start, end))
+                counts["staged"] += inside.num_rows
+                counts["outside"] += batch.num_rows - inside.num_rows
+                count_hours("staged", inside)
+                spill.add(inside, staged=True)
+        matched = n_staged = n_target = 0
+        only_s: list[dict[str, Any]] = []
+        only_t: list[dict[str, Any]] = []
+        for grouped in spill.grouped():
+            m, s_rows, t_rows, n_s, n_t = _compare_grouped(grouped, sample)
+            matched, n_staged, n_target = matched + m, n_staged + n_s, n_target + n_t
+            only_s.extend(s_rows[: sample - len(only_s)])
+            only_t.extend(t_rows[: sample - len(only_t)])
+    report = _report(
         target_table=target_table,
         staging=staging,
         time_column=time_column,
         start=start,
         end=end,
-        staged=staged_rows,
-        target=target_rows,
-        staged_outside_window=staged_all.num_rows - staged_rows.num_rows,
-        sample=sample,
+        staged_rows=counts["staged"],
+        target_rows=counts["target"],
+        compared=(matched, only_s, only_t, n_staged, n_target),
+        per_hour=_hours(hours["staged"], hours["target"]),
+        staged_outside_window=counts["outside"],
     )
+    return report, spill
+
+
+def _as_target(identifier: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """A staging table's batches with the target's columns and types."""
+    import pyarrow as pa
+
+    for batch in batches:
+        try:
+            yield batch.select(schema.names).cast(schema)
+        except (KeyError, ValueError, pa.ArrowInvalid) as e:
+            raise KappaSinkError(
+                f"staging table {identifier!r} has schema {batch.schema}, which does not match the target's {schema}"
+            ) from e

@@ -5,6 +5,13 @@ schema, partition spec and sort order. Clearing a slice drops (purges) and recre
 that table, so rerunning a slice any number of times leaves exactly what one clean run
 leaves. Validate and publish read the union of a backfill's slice tables.
 
+Publish commits a staging table's data files into the target by reference: from then on
+the target owns them. Publish marks such a staging table first (property
+``kappa.published-to``, :func:`mark_published`); purging a marked table (clear or drop)
+deletes its metadata and only the data files that no snapshot of the target references
+(files of an unpublished attempt), never a file the target still reads. Files the target
+stops referencing are then the target's own garbage, removed by its snapshot expiry.
+
 Names: ``<namespace>.<target>__<backfill>_<hash8>__<slice>``, each part lower-cased and
 reduced to ``[a-z0-9_]`` (runs of ``_`` collapsed, so ``__`` only separates parts). The
 8-hex hash is of the raw target and backfill id: two backfills whose sanitized names
@@ -29,6 +36,7 @@ if TYPE_CHECKING:
 
 DEFAULT_NAMESPACE = "kappa_staging"
 TARGET_PROPERTY = "kappa.target-table"
+PUBLISHED_PROPERTY = "kappa.published-to"
 _SEP = "__"
 
 
@@ -117,6 +125,7 @@ def _same_shape(staged: Table, target: Table) -> bool:
 
 def clear_slice(catalog: Catalog, target_table: str, staging_table: str) -> None:
     """Remove whatever an earlier attempt of a slice staged: purge its table and recreate it empty.
+    Data files a publish committed into the target by reference stay (the target owns them).
 
     Idempotent; works when the staging table does not exist yet.
 
@@ -128,14 +137,71 @@ def clear_slice(catalog: Catalog, target_table: str, staging_table: str) -> None
     ensure_staging_table(catalog, target_table, staging_table)
 
 
+def mark_published(staging: Table, target_table: str) -> None:
+    """Record on a staging table that its data files are (about to be) committed into
+    ``target_table`` by reference: purging it then keeps every file the target references.
+    Call before the target's commit (a crash in between only keeps files that could have
+    been deleted). No-op when already marked for that target.
+
+    :param staging: the staging table.
+    :param target_table: the target's identifier.
+    """
+    if staging.properties.get(PUBLISHED_PROPERTY) != target_table:
+        with staging.transaction() as tx:
+            tx.set_properties({PUBLISHED_PROPERTY: target_table})
+
+
 def _purge_if_exists(catalog: Catalog, identifier: str) -> bool:
+    """Drop ``identifier`` and delete its files: every data file for an unpublished table, only
+    those no snapshot of the target references for one marked by :func:`mark_published`;
+    its manifests, manifest lists and metadata files always (the target has its own)."""
+    from pyiceberg.catalog import delete_files
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        catalog.purge_table(identifier)
+        table = catalog.load_table(identifier)
     except NoSuchTableError:
         return False
+    published_to = table.properties.get(PUBLISHED_PROPERTY)
+    if published_to is None:
+        catalog.purge_table(identifier)
+        return True
+    metadata, io = table.metadata, table.io
+    manifests = {m.manifest_path: m for snapshot in metadata.snapshots for m in snapshot.manifests(io)}
+    data_files = {
+        entry.data_file.file_path
+        for manifest in manifests.values()
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)
+    }
+    keep = _referenced_by(catalog, published_to, data_files)
+    catalog.drop_table(identifier)
+    delete_files(io, data_files - keep, "data")
+    delete_files(io, set(manifests), "manifest")
+    delete_files(io, {s.manifest_list for s in metadata.snapshots}, "manifest list")
+    delete_files(io, {log.metadata_file for log in metadata.metadata_log} | {table.metadata_location}, "metadata")
     return True
+
+
+def _referenced_by(catalog: Catalog, target_table: str, paths: set[str]) -> set[str]:
+    """Those of ``paths`` that a snapshot of ``target_table`` references (empty if it is gone)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    if not paths:
+        return set()
+    try:
+        target = catalog.load_table(target_table)
+    except NoSuchTableError:
+        return set()
+    io, seen, found = target.io, set(), set()
+    for snapshot in target.metadata.snapshots:
+        for manifest in snapshot.manifests(io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                if entry.data_file.file_path in paths:
+                    found.add(entry.data_file.file_path)
+    return found
 
 
 def staging_tables(catalog: Catalog, target_table: str, backfill_id: str, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
@@ -159,7 +225,8 @@ def staging_tables(catalog: Catalog, target_table: str, backfill_id: str, namesp
 
 
 def drop_staging(catalog: Catalog, target_table: str, backfill_id: str, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
-    """Purge every staging table of a backfill (after a successful publish).
+    """Purge every staging table of a backfill (after a successful publish), keeping the data
+    files published into the target by reference.
 
     :param catalog: the pyiceberg catalog.
     :param target_table: the sink's target table.

@@ -306,18 +306,18 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
         load_catalog_of(props).load_table(TARGET).append(pa.Table.from_pylist([row], schema=sessions_arrow()))
         live_rows.append(row)
 
-    real_read_staged = publish_module.read_staged  # type: ignore[attr-defined]
+    real_staged_files = publish_module.staged_files
     injected: list[int] = []
 
-    def read_staged_after_a_live_commit(*args: Any, **kwargs: Any) -> Any:
+    def staged_files_after_a_live_commit(*args: Any, **kwargs: Any) -> Any:
         # publish has loaded the target; the live job commits before publish does
         live_append()
         injected.append(load_catalog_of(props).load_table(TARGET).current_snapshot().snapshot_id)
-        return real_read_staged(*args, **kwargs)
+        return real_staged_files(*args, **kwargs)
 
     began = time.monotonic()
     with pytest.MonkeyPatch.context() as mp, Repeatedly(live_append, 0.2):
-        mp.setattr(publish_module, "read_staged", read_staged_after_a_live_commit)
+        mp.setattr(publish_module, "staged_files", staged_files_after_a_live_commit)
         out["published"] = finish.publish(bf, plan)["sessions"]
     out["durations"]["validate + publish with a live writer"] = time.monotonic() - began
     live_append()  # and the live job goes on after publish

@@ -12,7 +12,7 @@ from lake import T0, create_summary_table, sorted_rows, summary_row, summary_tab
 
 from airflow_provider_kappa.exceptions import KappaSinkError
 from airflow_provider_kappa.backfill.publish import publish_window, replace_window
-from airflow_provider_kappa.spark.staging import ensure_staging_table, staging_table_name
+from airflow_provider_kappa.spark.staging import clear_slice, drop_staging, ensure_staging_table, staging_table_name
 from airflow_provider_kappa.backfill.validate import validate_window
 
 TARGET = "prod.summary"
@@ -163,3 +163,113 @@ def test_publish_names_missing_tables(catalog: Any) -> None:
     create_summary_table(catalog, TARGET)
     with pytest.raises(KappaSinkError, match="staging table 'kappa_staging.gone' does not exist"):
         publish_window(catalog, TARGET, ["kappa_staging.gone"], "window_start", START, END)
+
+
+# --- by reference: the staged files become the target's files --------------------------------------
+
+
+def _warehouse_parquet(catalog_props: dict[str, str]) -> set[str]:
+    return {f"file://{p}" for p in _path(catalog_props["warehouse"]).rglob("*.parquet")}
+
+
+def _staged_paths(catalog: Any, staging: list[str]) -> set[str]:
+    return {t.file.file_path for name in staging for t in catalog.load_table(name).scan().plan_files()}
+
+
+def _window_files(table: Any) -> set[str]:
+    return {t.file.file_path for t in table.scan(row_filter=f"window_start >= '{START.isoformat()}' and window_start < '{END.isoformat()}'").plan_files()}
+
+
+def test_publish_commits_the_staged_files_by_reference_and_writes_no_parquet(catalog: Any, catalog_props: dict[str, str]) -> None:
+    target = create_summary_table(catalog, TARGET)  # partitioned by hour: every target file is inside or outside
+    for rows in (BEFORE, INSIDE, AFTER):
+        target.append(summary_table(rows))
+    staging = [_stage(catalog, STAGED[:2]), _stage(catalog, STAGED[2:], "s2")]
+    staged = _staged_paths(catalog, staging)
+    parquet_before = _warehouse_parquet(catalog_props)
+
+    result = publish_window(catalog, TARGET, staging, "window_start", START, END)
+
+    after = catalog.load_table(TARGET)
+    assert sorted_rows(after) == sorted_rows(summary_table(BEFORE + AFTER + STAGED))
+    assert (result.rows_deleted, result.rows_added) == (3, 4)
+    assert _window_files(after) == staged  # the window's files ARE the staged files
+    assert _warehouse_parquet(catalog_props) == parquet_before  # no Parquet written for the staged rows
+    assert all(catalog.load_table(name).properties["kappa.published-to"] == TARGET for name in staging)
+
+
+def test_published_files_survive_clearing_and_dropping_staging_but_unpublished_ones_do_not(catalog: Any) -> None:
+    target = create_summary_table(catalog, TARGET)
+    target.append(summary_table(BEFORE + INSIDE + AFTER))
+    staging = [_stage(catalog, STAGED[:2]), _stage(catalog, STAGED[2:], "s2")]
+    published = _staged_paths(catalog, staging)
+    publish_window(catalog, TARGET, staging, "window_start", START, END)
+    expected = sorted_rows(summary_table(BEFORE + AFTER + STAGED))
+
+    # a later rerun of slice s1: cleared (table dropped and recreated), restaged, cleared again
+    clear_slice(catalog, TARGET, staging[0])
+    rerun = catalog.load_table(staging[0])
+    rerun.append(summary_table([summary_row(61, 9, 9)]))
+    unpublished = _staged_paths(catalog, staging[:1])
+    clear_slice(catalog, TARGET, staging[0])
+    assert drop_staging(catalog, TARGET, "bf") == sorted(staging)
+
+    assert all(_path(p).exists() for p in published)  # the target's files are kept ...
+    assert not any(_path(p).exists() for p in unpublished)  # ... the unpublished rerun's are purged
+    assert sorted_rows(catalog.load_table(TARGET)) == expected  # and the target reads as before
+
+
+def test_republishing_a_published_backfill_stays_exact(catalog: Any) -> None:
+    target = create_summary_table(catalog, TARGET)
+    target.append(summary_table(BEFORE + INSIDE + AFTER))
+    staging = [_stage(catalog, STAGED[:2]), _stage(catalog, STAGED[2:], "s2")]
+    first = publish_window(catalog, TARGET, staging, "window_start", START, END)
+    # the same backfill again (kappa backfill --resume): the same staged files, published again
+    again = publish_window(catalog, TARGET, staging, "window_start", START, END)
+    after = catalog.load_table(TARGET)
+    assert sorted_rows(after) == sorted_rows(summary_table(BEFORE + AFTER + STAGED))
+    assert (again.rows_deleted, again.rows_added) == (4, 4) and again.snapshot_id != first.snapshot_id
+    assert _window_files(after) == _staged_paths(catalog, staging)
+    assert validate_window(catalog, TARGET, staging, "window_start", START, END).match_rate == 100.0
+    drop_staging(catalog, TARGET, "bf")
+    assert sorted_rows(catalog.load_table(TARGET)) == sorted_rows(summary_table(BEFORE + AFTER + STAGED))
+
+
+def test_a_failed_publish_by_reference_leaves_the_staged_files_and_the_target(catalog: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import airflow_provider_kappa.backfill.publish as publish_module
+
+    create_summary_table(catalog, TARGET)
+    catalog.load_table(TARGET).append(summary_table(BEFORE + INSIDE))
+    staging = [_stage(catalog, STAGED)]
+    real = publish_module.staged_files
+
+    def staged_after_a_live_commit_in_the_window(*args: Any, **kwargs: Any) -> Any:
+        catalog.load_table(TARGET).append(summary_table([summary_row(90, 8, 80)]))  # publish has loaded the target
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(publish_module, "staged_files", staged_after_a_live_commit_in_the_window)
+    with pytest.raises(KappaSinkError, match="conflicted 1 time"):
+        publish_window(catalog, TARGET, staging, "window_start", START, END, max_attempts=1)
+    assert sorted_rows(catalog.load_table(TARGET)) == sorted_rows(summary_table(BEFORE + INSIDE + [summary_row(90, 8, 80)]))
+    assert sorted_rows(catalog.load_table(staging[0])) == sorted_rows(summary_table(STAGED))  # staged files intact
+    monkeypatch.undo()
+    result = publish_window(catalog, TARGET, staging, "window_start", START, END, max_attempts=2)
+    assert result.rows_deleted == 4
+    assert sorted_rows(catalog.load_table(TARGET)) == sorted_rows(summary_table(BEFORE + STAGED))
+
+
+def test_staging_of_an_older_target_spec_is_written_again_in_the_target_spec(catalog: Any, catalog_props: dict[str, str]) -> None:
+    from pyiceberg.transforms import IdentityTransform
+
+    target = create_summary_table(catalog, TARGET)
+    target.append(summary_table(BEFORE + INSIDE + AFTER))
+    staging = [_stage(catalog, STAGED)]
+    with target.update_spec() as spec:  # the target's spec evolves after the slice ran
+        spec.add_field("show_id", IdentityTransform(), "show")
+    result = publish_window(catalog, TARGET, staging, "window_start", START, END)
+    after = catalog.load_table(TARGET)
+    assert sorted_rows(after) == sorted_rows(summary_table(BEFORE + AFTER + STAGED))
+    assert result.rows_added == 4
+    window = _window_files(after)
+    assert window.isdisjoint(_staged_paths(catalog, staging))  # rewritten, in the target's current spec
+    assert {t.file.spec_id for t in after.scan().plan_files() if t.file.file_path in window} == {after.spec().spec_id}

@@ -135,3 +135,106 @@ def test_bad_inputs_are_named(catalog: Any, seeded: list[str]) -> None:
         validate_window(catalog, TARGET, seeded, "window_start", datetime(2026, 11, 1), T0 + H)
     with pytest.raises(KappaSinkError, match="must be after window start"):
         validate_window(catalog, TARGET, seeded, "window_start", T0 + H, T0)
+
+
+# --- bounded memory: the window is streamed and compared partition by partition ---------------------
+
+
+def _key(r: dict[str, Any]) -> str:
+    return json.dumps({k: str(v) for k, v in r.items()}, sort_keys=True)
+
+
+def test_tiny_batches_and_many_partitions_give_the_same_report(catalog: Any, seeded: list[str]) -> None:
+    from airflow_provider_kappa.backfill.validate import _validate
+
+    whole = validate_window(catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H)
+    report, spill = _validate(
+        catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H, 5, batch_rows=1, partition_bytes=1, spill_dir=None
+    )
+    assert spill.partitions > 1
+    assert spill.largest_batch_rows == 1  # never more than batch_rows rows read at a time
+    assert spill.largest_partition_rows < report.staged_rows + report.target_rows  # one partition at a time
+    small, full = report.to_dict(), whole.to_dict()
+    for side in ("only_staged_sample", "only_target_sample"):
+        assert sorted(map(_key, small.pop(side))) == sorted(map(_key, full.pop(side)))
+    assert small == full
+
+
+def test_the_peak_memory_of_validate_does_not_hold_the_window(tmp_path: Any) -> None:
+    """Arrow's peak allocation in a fresh process validating a 400k-row window (both sides ~13 MB
+    of Arrow each) stays a small fraction of the window: batches and partitions, never the whole."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = r'''
+import sys, json
+from datetime import datetime, timedelta, timezone
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+sys.path.insert(0, sys.argv[2])
+from lake import create_summary_table, summary_arrow
+from airflow_provider_kappa.spark.staging import ensure_staging_table, staging_table_name
+
+d = sys.argv[1]
+catalog = SqlCatalog("lake", uri=f"sqlite:///{d}/c.db", warehouse=f"file://{d}/wh")
+t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+n = 400_000
+def rows(shift):
+    start = pa.array([t0 + timedelta(seconds=i % 28800) for i in range(n)], pa.timestamp("us", tz="UTC"))
+    return pa.table([start, start, pa.array(range(n), pa.int64()), pa.array([i % 97 + shift * (i % 1000 == 0) for i in range(n)], pa.int64())],
+                    schema=summary_arrow())
+create_summary_table(catalog, "prod.summary").append(rows(0))
+staging = staging_table_name("prod.summary", "bf", "s1")
+ensure_staging_table(catalog, "prod.summary", staging).append(rows(1))
+print(json.dumps({"window_bytes": rows(0).nbytes, "staging": staging}))
+'''
+    probe = r'''
+import sys, json
+from datetime import datetime, timedelta, timezone
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+from airflow_provider_kappa.backfill.validate import validate_window
+d, staging = sys.argv[1], sys.argv[2]
+catalog = SqlCatalog("lake", uri=f"sqlite:///{d}/c.db", warehouse=f"file://{d}/wh")
+t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+before = pa.default_memory_pool().max_memory()
+report = validate_window(catalog, "prod.summary", [staging], "window_start", t0, t0 + timedelta(hours=8),
+                         batch_rows=8192, partition_bytes=256 * 1024)
+print(json.dumps({"peak": pa.default_memory_pool().max_memory(), "before": before,
+                  "matched": report.matched_rows, "staged": report.staged_rows, "target": report.target_rows}))
+'''
+    tests_dir = str(Path(__file__).parents[1])
+    made = subprocess.run([sys.executable, "-c", script, str(tmp_path), tests_dir], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    seeded = json.loads(made.stdout.strip().splitlines()[-1])
+    ran = subprocess.run([sys.executable, "-c", probe, str(tmp_path), seeded["staging"]], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    out = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert (out["staged"], out["target"], out["matched"]) == (400_000, 400_000, 400_000 - 400)
+    assert out["peak"] < seeded["window_bytes"] / 4, (out, seeded)
+
+
+def test_row_stream_reads_files_of_older_schemas_and_bounds_its_batches(catalog: Any) -> None:
+    from pyiceberg.types import StringType
+
+    from airflow_provider_kappa.backfill.row_stream import plan, table_batches
+
+    target = create_summary_table(catalog, TARGET)
+    target.append(summary_table([summary_row(m, 1, m) for m in range(10)]))  # before the new column
+    with target.update_schema() as update:
+        update.add_column("note", StringType())
+        update.rename_column("show_id", "show")
+    target = catalog.load_table(TARGET)
+    import pyarrow as pa
+
+    newer = summary_table([summary_row(m, 2, m) for m in range(10, 15)]).rename_columns(
+        ["window_start", "window_end", "show", "attributed_plays"]
+    )
+    target.append(newer.append_column("note", pa.array(["x"] * 5, pa.large_string())))
+    batches = list(table_batches(target, plan(target), batch_rows=3))
+    assert max(b.num_rows for b in batches) <= 3
+    rows = pa.Table.from_batches(batches).to_pylist()
+    assert sorted((r["attributed_plays"], r["show"], r["note"]) for r in rows) == [(m, 1, None) for m in range(10)] + [
+        (m, 2, "x") for m in range(10, 15)
+    ]
