@@ -145,6 +145,7 @@ def cluster_job_config(folder: Path, cluster: SparkCluster, lake: Path) -> Path:
     raw["job"]["application"] = str(EXAMPLES / "playback_sessions" / "playback_sessions.py")
     raw["job"]["checkpoint_root"] = str(folder / "checkpoints")
     raw["job"]["master"] = cluster.master_url
+    raw["job"]["engine"] = "submit"  # batch clusters run a spark-submit per slice (engine connect: tests/integration)
     raw["job"]["spark_conf"] = client_conf()
     raw["catalogs"] = {"lake": {"type": "sql", "uri": f"sqlite:///{lake}/catalog.db", "warehouse": f"file://{lake}/warehouse"}}
     path = folder / "kappa.yaml"
