@@ -383,7 +383,12 @@ def parse_config(raw: object, path: Path) -> JobConfig:
 
 
 def _engine(j: _Section) -> str:
-    engine = j.data.get("engine", CONNECT)
+    """``job.engine``; unset: ``connect`` where it works out of the box (a ``job.connect`` server, or a
+    local master, for which kappa starts its own server), else ``submit`` (a cluster master: YARN,
+    Kubernetes, standalone)."""
+    master = str(j.data.get("master", "local[*]"))
+    default = CONNECT if "connect" in j.data or master == "local" or master.startswith("local[") else SUBMIT
+    engine = j.data.get("engine", default)
     if engine not in ENGINES:
         raise KappaConfigError(f"job.engine: {engine!r} is not an engine; allowed: {list(ENGINES)}")
     return str(engine)

@@ -124,3 +124,17 @@ def test_a_state_file_tells_a_live_server_from_a_gone_one_and_stops_it_by_pid(tm
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
+
+
+def test_the_default_engine_is_connect_where_it_works_out_of_the_box(tmp_path: Path) -> None:
+    """Unset ``job.engine``: connect for a local master or a given server, submit for a cluster master."""
+
+    def engine_of(job: dict[str, object]) -> str:
+        data = with_change(["job"], {**BASE["job"], **job})
+        return load_config(write(tmp_path, data)).job.engine
+
+    assert engine_of({}) == "connect"
+    assert engine_of({"master": "local[2]"}) == "connect"
+    assert engine_of({"master": "spark://h:7077"}) == "submit"
+    assert engine_of({"master": "yarn", "connect": {"url": "sc://h:15002"}}) == "connect"
+    assert engine_of({"master": "yarn", "engine": "connect"}) == "connect"
