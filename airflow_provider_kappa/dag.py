@@ -37,7 +37,20 @@ the range read) fail the `snapshot` task before any Spark run.
 {params}
 
 The same backfill from a shell: `kappa backfill --config {path} --start T --end T [CLI flags]`.
+{scheduled}"""
+
+_SCHEDULED_DOC = """
+#### Scheduled repair
+
+This DAG has a schedule: a run whose `start` and `end` are empty backfills its data interval
+`[data_interval_start, data_interval_end)`. Airflow's Backfill dialog and
+`airflow backfill create --dag-id {dag_id} --from-date ... --to-date ...` so replace a stretch of
+the output interval by interval, one run after the other (`max_active_runs=1`; the lock refuses
+overlapping windows).
 """
+
+#: Param description prefix of start and end in a scheduled DAG.
+_FROM_INTERVAL = "Empty: the run's data interval {bound} (scheduled runs, Airflow backfills). "
 
 
 def default_dag_id(job_name: str) -> str:
@@ -54,6 +67,7 @@ def kappa_backfill_dag(
     pool: str | None = None,
     slice_retries: int = 2,
     tag_retention: str = "7d",
+    step_retries: int = 2,
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the backfill DAG of the job described by ``config_path``.
@@ -74,7 +88,22 @@ def kappa_backfill_dag(
     :param pool: Airflow pool of the slice tasks (bounds slices across runs and DAGs).
     :param slice_retries: retries of a slice task (a retry reruns the slice from its start).
     :param tag_retention: how long the tag pinning the source snapshots is kept (``7d``).
-    :param dag_kwargs: more ``DAG`` arguments (``tags``, ``default_args``, ``max_active_runs``, …).
+    :param step_retries: retries of ``snapshot``, ``plan``, ``validate``, ``publish`` and
+        ``connect_server_start``: a transient fault (an unreachable or locked catalog, storage
+        I/O, a commit conflict) is retried; bad input fails at once whatever this says.
+    :param dag_kwargs: more ``DAG`` arguments (``schedule``, ``start_date``, ``tags``,
+        ``default_args``, ``max_active_runs``, …). With a ``schedule`` (a cron expression or
+        preset, a ``timedelta``, or a timetable with data intervals), ``start`` and ``end`` may
+        be left empty: a run then backfills its data interval, so Airflow's backfills
+        (``airflow backfill create``, the Backfill dialog) drive Kappa backfills interval by
+        interval. A cron expression or ``timedelta`` is given data intervals
+        (``CronDataIntervalTimetable`` in UTC, ``DeltaDataIntervalTimetable``), whatever
+        ``[scheduler] create_cron_data_intervals`` says.
+
+    The publish task's outlets are the assets of the sinks' target tables
+    (:func:`~airflow_provider_kappa.operators.publish.target_asset`,
+    ``iceberg://<catalog>/<namespace>/<table>``): a DAG scheduled on one runs after each backfill
+    that published it.
     """
     from airflow.sdk import DAG, Param
 
@@ -85,30 +114,43 @@ def kappa_backfill_dag(
         KappaModeBranchOperator,
         KappaPlanOperator,
     )
-    from airflow_provider_kappa.operators.publish import KappaPublishOperator
+    from airflow_provider_kappa.operators.publish import KappaPublishOperator, sink_assets
     from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator
     from airflow_provider_kappa.operators.snapshot import KappaSnapshotOperator
     from airflow_provider_kappa.operators.validate import KappaValidateOperator
 
     cfg = load_config(config_path)
     path = str(cfg.path)
+    schedule = data_interval_schedule(dag_kwargs.get("schedule"))
+    dag_kwargs["schedule"] = schedule
+    scheduled = schedule is not None
     params = {}
     for name, schema in param_schemas(cfg).items():
         schema = dict(schema)
         description = schema.pop("description")
+        if scheduled and name in ("start", "end"):
+            # a scheduled run (an Airflow backfill) leaves them empty and takes its data interval
+            schema.update(type=["null", "string"], default=None)
+            description = _FROM_INTERVAL.format(bound=f"data_interval_{name}") + description
         if "default" in schema:
             params[name] = Param(schema.pop("default"), description=description, **schema)
         else:
             params[name] = Param(description=description, **schema)
-    dag_kwargs.setdefault("schedule", None)
     dag_kwargs.setdefault("catchup", False)
     dag_kwargs.setdefault("max_active_runs", 1)
     dag_kwargs.setdefault("tags", ["kappa", "backfill", cfg.job.name])
-    dag_kwargs.setdefault("doc_md", _DOC.format(job=cfg.job.name, path=path, params=params_table()))
+    dag_id = dag_id or default_dag_id(cfg.job.name)
+    scheduled_doc = _SCHEDULED_DOC.format(dag_id=dag_id) if scheduled else ""
+    dag_kwargs.setdefault(
+        "doc_md", _DOC.format(job=cfg.job.name, path=path, params=params_table(), scheduled=scheduled_doc)
+    )
     dag_kwargs.setdefault("description", f"Kappa backfill of {cfg.job.name}: replace a window of its output")
-    with DAG(dag_id or default_dag_id(cfg.job.name), params=params, **dag_kwargs) as dag:
-        snapshot = KappaSnapshotOperator(task_id="snapshot", config_path=path, tag_retention=tag_retention)
-        plan = KappaPlanOperator(task_id="plan", config_path=path, snapshot=snapshot.output)
+    retries = {"retries": step_retries}
+    with DAG(dag_id, params=params, **dag_kwargs) as dag:
+        snapshot = KappaSnapshotOperator(
+            task_id="snapshot", config_path=path, tag_retention=tag_retention, **retries
+        )
+        plan = KappaPlanOperator(task_id="plan", config_path=path, snapshot=snapshot.output, **retries)
         mode = KappaModeBranchOperator(task_id="mode", config_path=path)
         slice_args: dict[str, Any] = {
             "config_path": path,
@@ -125,16 +167,43 @@ def kappa_backfill_dag(
             task_id=PARALLEL_TASK, max_active_tis_per_dagrun=max_parallel_slices, **slice_args
         ).expand(slice_plan=plan.output)
         validate = KappaValidateOperator(
-            task_id="validate", config_path=path, plan=plan.output, trigger_rule="none_failed_min_one_success"
-        )
-        publish = KappaPublishOperator(task_id="publish", config_path=path, plan=plan.output, report=validate.output)
+            task_id="validate", config_path=path, plan=plan.output, trigger_rule="none_failed_min_one_success",
+            **retries,
+        )  # fmt: skip
+        publish = KappaPublishOperator(
+            task_id="publish", config_path=path, plan=plan.output, report=validate.output,
+            outlets=list(sink_assets(cfg).values()), **retries,
+        )  # fmt: skip
         plan >> mode >> [sequential, parallel]
         [sequential, parallel] >> validate >> publish
         if cfg.job.engine == CONNECT and cfg.job.connect is None:
             # single-machine deployment: the backfill owns a local Spark Connect server for its slices
-            start = KappaConnectServerOperator(task_id="connect_server_start", config_path=path, action=START)
+            start = KappaConnectServerOperator(
+                task_id="connect_server_start", config_path=path, action=START, **retries
+            )
             stop = KappaConnectServerOperator(
                 task_id="connect_server_stop", config_path=path, action=STOP
             ).as_teardown(setups=start)
             plan >> start >> [sequential, parallel] >> stop
     return dag
+
+
+def data_interval_schedule(schedule: Any) -> Any:
+    """``schedule`` with data intervals: a cron expression or preset becomes a
+    ``CronDataIntervalTimetable`` (UTC) and a ``timedelta`` a ``DeltaDataIntervalTimetable``, so
+    every scheduled run covers ``[data_interval_start, data_interval_end)`` (Airflow 3 gives a
+    plain cron schedule runs with an empty interval unless ``[scheduler]
+    create_cron_data_intervals`` is on). ``None``, ``@once``, ``@continuous``, timetables and
+    asset schedules are returned as they are.
+
+    :param schedule: the ``schedule`` argument given to :func:`kappa_backfill_dag`.
+    """
+    from datetime import timedelta
+
+    from airflow.sdk import CronDataIntervalTimetable, DeltaDataIntervalTimetable
+
+    if isinstance(schedule, str) and schedule not in ("@once", "@continuous"):
+        return CronDataIntervalTimetable(schedule, timezone="UTC")
+    if isinstance(schedule, timedelta):
+        return DeltaDataIntervalTimetable(schedule)
+    return schedule

@@ -38,3 +38,9 @@ class KappaCatalogConflictError(KappaError):
 class KappaEngineError(KappaError):
     """A Spark run of a slice failed: its spark-submit, its Spark Connect session, or the
     Spark Connect server it runs on (not started, or gone)."""
+
+
+class KappaCatalogUnavailableError(KappaError):
+    """A catalog (or the storage behind it) could not be reached for now: connection refused,
+    a timeout, a 5xx answer of a REST catalog, a locked sqlite file. Unlike a misconfigured
+    catalog (:class:`KappaConfigError`), the step may succeed when retried as it is."""

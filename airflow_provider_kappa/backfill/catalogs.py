@@ -50,7 +50,9 @@ def load_catalog(cfg: JobConfig, name: str) -> Catalog:
 
     :param cfg: the job config.
     :param name: a catalog name of ``catalogs:``.
-    :raises KappaConfigError: an unknown catalog, or one that cannot be loaded.
+    :raises KappaConfigError: an unknown catalog, or a misconfigured one (permanent).
+    :raises KappaCatalogUnavailableError: a catalog that cannot be reached for now (transient:
+        connection refused, a timeout, a 5xx answer, a locked sqlite file).
     """
     from airflow_provider_kappa.spark.catalog import load_catalog as _load
 

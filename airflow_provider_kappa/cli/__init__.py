@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaError
+from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaCatalogUnavailableError, KappaError
 
 VERBS = {
     "demo": "embedded default: local lake, live run, incident, backfill, report",
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"airflow_provider_kappa.cli.{args.verb}")
     try:
         return int(module.run(args))
-    except KappaCatalogConflictError as e:  # transient: the same command may succeed when rerun
+    except (KappaCatalogConflictError, KappaCatalogUnavailableError) as e:  # transient: a rerun may succeed
         print(f"kappa {args.verb}: error: {e}", file=sys.stderr)
         return 1
     except KappaError as e:

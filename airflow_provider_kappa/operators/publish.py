@@ -1,10 +1,12 @@
-"""Publish: one atomic Iceberg commit per sink replacing the window with the staged rows."""
+"""Publish: one atomic Iceberg commit per sink replacing the window with the staged rows, and
+one Airflow asset event per target table, so DAGs scheduled on that table run after a backfill."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
@@ -12,12 +14,54 @@ from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fas
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_kappa.backfill.config import JobConfig
+
+#: Scheme of the asset URI of an Iceberg table (``iceberg://<catalog>/<namespace>/<table>``).
+ASSET_SCHEME = "iceberg"
+
+
+def target_asset_uri(catalog: str, table: str) -> str:
+    """The asset URI of table ``table`` (``namespace.table``) of catalog ``catalog``:
+    ``iceberg://<catalog>/<namespace>/<table>`` (a nested namespace keeps its dots: ``a.b``).
+
+    :param catalog: the catalog's name under ``catalogs:`` of kappa.yaml.
+    :param table: the table, ``namespace.table``.
+    """
+    namespace, _, name = table.rpartition(".")
+    if not namespace or not name or not catalog:
+        raise ValueError(f"asset of table {table!r} in catalog {catalog!r}: expected a catalog and a 'namespace.table'")
+    return f"{ASSET_SCHEME}://{catalog}/{namespace}/{name}"
+
+
+def target_asset(catalog: str, table: str) -> Asset:
+    """The Airflow asset of an Iceberg table, the one a backfill's publish task updates (its name
+    is its URI): schedule a downstream DAG on it, e.g.
+    ``DAG(..., schedule=[target_asset("lake", "prod.playback_sessions")])``.
+
+    :param catalog: the catalog's name under ``catalogs:`` of kappa.yaml.
+    :param table: the table, ``namespace.table``.
+    """
+    return Asset(target_asset_uri(catalog, table))
+
+
+def sink_assets(cfg: JobConfig) -> dict[str, Asset]:
+    """Sink name -> the asset of its target table, for every sink of the job (no I/O).
+
+    :param cfg: the job config.
+    """
+    return {name: target_asset(sink.catalog, sink.table) for name, sink in cfg.sinks.items()}
+
 
 class KappaPublishOperator(KappaBackfillBaseOperator):
     """Last task of a backfill: replace each sink's window ``[start, end)`` with the staged rows
     (one atomic commit per sink, retried on conflicts; rows outside the window and live
     appends are kept), then log the summary: slices, rows, throughput, match rate, published
     rows. With ``dry_run`` or ``publish`` off it logs the summary and is skipped.
+
+    Assets: give it the targets' assets as ``outlets`` (:func:`sink_assets`; the DAG factory
+    does): when it succeeds, Airflow records one event per target table, whose extra holds
+    ``backfill_id``, ``job``, ``sink``, ``table``, the window ``start`` and ``end`` (ISO-8601)
+    and the published ``snapshot_id``. A skipped publish (dry run, publish off) records none.
 
     :param config_path: path of the job's kappa.yaml (templated).
     :param plan: the plan task's XCom (templated).
@@ -54,4 +98,26 @@ class KappaPublishOperator(KappaBackfillBaseOperator):
         with fail_fast(f"{self.task_id}: publish"):
             results = {name: asdict(r) for name, r in publish(bf, plan).items()}
         self.log.info("%s", summary(bf, plan, slice_results, self.report, results))
+        self._record_asset_events(context, bf.cfg, bf.id, bf.params.start.isoformat(), bf.params.end.isoformat(), results)
         return results
+
+    def _record_asset_events(
+        self, context: Context, cfg: JobConfig, backfill_id: str, start: str, end: str, results: Mapping[str, Any]
+    ) -> None:
+        """Put the window, the published snapshot and the backfill id on the asset event of each
+        target table among this task's outlets (Airflow records the events when the task succeeds)."""
+        outlets = {a.uri for a in self.outlets if isinstance(a, Asset)}
+        for name, asset in sink_assets(cfg).items():
+            if asset.uri not in outlets:
+                continue
+            extra = {
+                "backfill_id": backfill_id,
+                "job": cfg.job.name,
+                "sink": name,
+                "table": cfg.sinks[name].table,
+                "start": start,
+                "end": end,
+                "snapshot_id": results[name].get("snapshot_id"),
+            }
+            context["outlet_events"][asset].extra = extra
+            self.log.info("asset %s: event %s", asset.uri, extra)

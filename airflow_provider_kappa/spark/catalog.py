@@ -5,7 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
-from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
+from airflow_provider_kappa.exceptions import KappaCatalogUnavailableError, KappaConfigError, KappaSourceError
+from airflow_provider_kappa.faults import transient_cause
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -39,6 +40,10 @@ def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
 
     :param name: the catalog name from kappa.yaml's ``catalogs:``.
     :param properties: pyiceberg catalog properties.
+    :raises KappaCatalogUnavailableError: the catalog cannot be reached for now (connection
+        refused, a timeout, a 5xx answer, a locked sqlite file): a retry may succeed.
+    :raises KappaConfigError: the catalog is misconfigured (an unknown type, a missing or bad
+        property, credentials refused): a retry fails the same way.
     """
     return _cached(name, tuple(sorted(properties.items())))
 
@@ -55,6 +60,12 @@ def _cached(name: str, items: tuple[tuple[str, str], ...]) -> Catalog:
         # not chained: the original message (a database URL with its password, a token) would
         # be printed with the traceback into task logs
         message = redact(f"{type(e).__name__}: {e}", dict(items))
+        cause = transient_cause(e)
+        if cause is not None:
+            reason = message if cause is e else f"{message} (from {redact(f'{type(cause).__name__}: {cause}', dict(items))})"
+            raise KappaCatalogUnavailableError(
+                f"catalog {name!r} cannot be reached for now: {reason}; retry the step"
+            ) from None
         raise KappaConfigError(f"catalog {name!r} cannot be loaded: {message}") from None
 
 

@@ -62,6 +62,26 @@ CONF = {
     "max_misalignment_threshold": "1h",
 }
 
+#: Downstream of the backfills' target (dags/playback_sessions_downstream.py, scheduled on its asset).
+DOWNSTREAM_DAG = "playback_sessions_downstream"
+#: The example job as an hourly scheduled repair, ending with the lake's data (no run after it).
+REPAIR_DAG = "kappa_repair_playback_sessions_hourly"
+REPAIR_DAG_FILE = textwrap.dedent(
+    f"""
+    from datetime import datetime, timedelta, timezone
+    from airflow_provider_kappa.dag import kappa_backfill_dag
+
+    dag = kappa_backfill_dag(
+        {str(EXAMPLE / "kappa.yaml")!r},
+        dag_id={REPAIR_DAG!r},
+        schedule=timedelta(hours=1),
+        start_date=datetime(2026, 11, 1, tzinfo=timezone.utc),
+        end_date=datetime(2026, 11, 1, 3, tzinfo=timezone.utc),
+        catchup=False,
+    )
+    """
+)
+
 DAG_ID = "kappa_deploy_probe"
 SECRET = "s3cr3t-Planted-9f2c"
 
@@ -121,6 +141,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, lake: dict[str, Any]) -> I
     for example in sorted((REPO / "dags").glob("*.py")):
         shutil.copy(example, dags / example.name)
     (dags / "kappa_deploy_probe.py").write_text(PROBE_DAG)
+    (dags / "kappa_repair_hourly.py").write_text(REPAIR_DAG_FILE)
     conn_config = conn_job_config(root / "conn-job")
     (dags / "playback_sessions_conn_backfill.py").write_text(
         "from airflow_provider_kappa.dag import kappa_backfill_dag\n"
@@ -143,6 +164,9 @@ def conn_job_config(folder: Path) -> Path:
     raw = yaml.safe_load((EXAMPLE / "kappa.yaml").read_text())
     raw["job"]["application"] = str(EXAMPLE / "playback_sessions.py")
     raw["catalogs"] = {"lake": {"conn_id": CONN_ID}}
+    # this DAG runs its slices with spark-submit (the secret test reads spark-submit's properties
+    # file and command lines); the example DAG (engine connect, the default) runs the same backfill
+    raw["job"]["engine"] = "submit"
     folder.mkdir(parents=True)
     path = folder / "kappa.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -158,7 +182,7 @@ def client(airflow: AirflowDeployment, lake: dict[str, Any]) -> AirflowClient:
     extra = {"type": "sql", "uri": f"sqlite:///{folder}/catalog.db", "warehouse": f"file://{folder}/warehouse",
              "credential": PLANTED}  # fmt: skip
     c.create_connection(CONN_ID, "iceberg", extra=json.dumps(extra))
-    for dag_id in (DAG_ID, BACKFILL_DAG, CONN_DAG):
+    for dag_id in (DAG_ID, BACKFILL_DAG, CONN_DAG, DOWNSTREAM_DAG):
         c.wait_for_dag(dag_id, timeout=120)
         c.unpause(dag_id)
     return c
@@ -414,3 +438,78 @@ def _listening_ports(airflow: AirflowDeployment) -> dict[int, str]:
                 addr = socket.inet_ntop(family, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
             out[int(hex_port, 16)] = addr
     return out
+
+
+def runs_of(client: AirflowClient, dag_id: str) -> list[dict[str, Any]]:
+    return list(client.request("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 100}).json()["dag_runs"])
+
+
+def test_a_published_backfill_triggers_the_dag_scheduled_on_its_target(
+    client: AirflowClient, lake: dict[str, Any], conn_run: dict[str, Any]
+) -> None:
+    """The scheduler runs the downstream DAG on the publish task's asset event; the event's extra
+    (read by the downstream task from ``triggering_asset_events``) names the window, the
+    published snapshot and the backfill."""
+    require_success(client, CONN_DAG, conn_run["run_id"], conn_run["done"])
+    [snapshot] = client.xcom_entries(CONN_DAG, conn_run["run_id"], "snapshot")
+    backfill_id = snapshot["value"]["backfill_id"]
+
+    def downstream_run() -> dict[str, Any] | None:
+        for run in runs_of(client, DOWNSTREAM_DAG):
+            if run["run_type"] == "asset_triggered" and run["state"] in ("success", "failed"):
+                [xcom] = client.xcom_entries(DOWNSTREAM_DAG, run["dag_run_id"], "windows_replaced")
+                if any(w.get("backfill_id") == backfill_id for w in xcom["value"]):
+                    return {**run, "windows": xcom["value"]}
+        return None
+
+    run = wait_until(downstream_run, timeout=180, interval=2, what=f"a run of {DOWNSTREAM_DAG} after {backfill_id}")
+    assert run["state"] == "success"
+    [window] = [w for w in run["windows"] if w["backfill_id"] == backfill_id]
+    assert window == {
+        "backfill_id": backfill_id, "job": "playback_sessions", "sink": "sessions", "table": TARGET,
+        "start": CONF["start"], "end": CONF["end"], "snapshot_id": window["snapshot_id"],
+    }  # fmt: skip
+    assert isinstance(window["snapshot_id"], int)
+
+
+def test_an_airflow_backfill_over_three_intervals_runs_three_kappa_backfills_in_turn(
+    client: AirflowClient, lake: dict[str, Any]
+) -> None:
+    """``POST /api/v2/backfills`` (what ``airflow backfill create`` and the Backfill dialog do) over
+    three hourly intervals of the scheduled repair DAG: three runs, one after the other, each a
+    Kappa backfill of its data interval; the table ends exactly correct. (Last in this module: it
+    rewrites [00:00, 03:00) of the shared lake.)"""
+    client.wait_for_dag(REPAIR_DAG, timeout=120)
+    client.unpause(REPAIR_DAG)
+    body = {
+        "dag_id": REPAIR_DAG,
+        # logical dates 00:00, 01:00, 02:00 (both ends included): the intervals [00:00, 03:00)
+        "from_date": "2026-11-01T00:00:00+00:00",
+        "to_date": "2026-11-01T02:00:00+00:00",
+        "max_active_runs": 1,
+        "dag_run_conf": {"slice": "1h", "warmup": "1h", "tail": "45min"},
+    }
+    backfill = client.request("POST", "/api/v2/backfills", json=body).json()
+    runs: list[dict[str, Any]] = []
+
+    def all_done() -> list[dict[str, Any]] | None:
+        found = [r for r in runs_of(client, REPAIR_DAG) if r.get("run_type") == "backfill"]
+        return found if len(found) == 3 and all(r["state"] in ("success", "failed") for r in found) else None
+
+    runs = wait_until(all_done, timeout=900, interval=3, what=f"the 3 runs of backfill {backfill['id']}")
+    for run in runs:
+        require_success(client, REPAIR_DAG, run["dag_run_id"], run)
+    intervals = sorted((r["data_interval_start"], r["data_interval_end"]) for r in runs)
+    assert [(a[11:16], b[11:16]) for a, b in intervals] == [("00:00", "01:00"), ("01:00", "02:00"), ("02:00", "03:00")]
+    ordered = sorted(runs, key=lambda r: r["start_date"])
+    assert all(a["end_date"] <= b["start_date"] for a, b in zip(ordered, ordered[1:])), "runs overlapped"
+    windows = []
+    for run in runs:
+        [snap] = client.xcom_entries(REPAIR_DAG, run["dag_run_id"], "snapshot")
+        windows.append((snap["value"]["params"]["start"], snap["value"]["params"]["end"]))
+    assert sorted(windows) == [
+        ("2026-11-01T00:00:00+00:00", "2026-11-01T01:00:00+00:00"),
+        ("2026-11-01T01:00:00+00:00", "2026-11-01T02:00:00+00:00"),
+        ("2026-11-01T02:00:00+00:00", "2026-11-01T03:00:00+00:00"),
+    ]
+    assert target_rows(lake) == expected_rows(lake)

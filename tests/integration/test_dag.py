@@ -199,3 +199,61 @@ def test_a_failed_sequential_slice_stops_the_slices_after_it(
     out = capfd.readouterr().out
     assert "kappa test: this job fails on purpose" in out  # the job's own error, from the slice log
     assert "sequential slice s0001 cannot start: slice s0000 (map index 0) is failed" in out
+
+
+def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_asset_event(
+    lake: Path, catalog: Any, airflow_db: None, capfd: pytest.CaptureFixture[str]  # noqa: F811
+) -> None:
+    """Scheduled repair (dags/playback_sessions_repair.py, ``@daily``): a run without start and
+    end replaces its data interval, the day (the same backfill, same id, as explicit start and
+    end), and the publish task's asset event carries the window, the published snapshot and the
+    backfill id."""
+    from datetime import timedelta
+
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.backfill.steps import Backfill
+    from lake import T0
+
+    expected = seed_sessions_incident(catalog)
+    dag = load_dag(REPO / "dags" / "playback_sessions_repair.py")
+    assert dag.params.get_param("start").value is None and dag.params.get_param("end").value is None
+    conf = {"slice": "6h", "warmup": "30min", "tail": "45min"}
+    day = (T0, T0 + timedelta(days=1))
+    dr = dag.test(logical_date=day[1], run_conf=conf)  # its data interval: the day before
+    states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
+    assert dr.state == "success", states
+    assert (dr.data_interval_start, dr.data_interval_end) == day
+    # the incident is repaired (sessions still open when the lake's data ends, after 03:00, are
+    # never closed by a watermark: a real day has the next day's events within its tail)
+    in_incident = lambda rows: [r for r in rows if INCIDENT_START <= r[1] < INCIDENT_END]  # noqa: E731
+    after = sorted_rows(catalog.load_table("prod.playback_sessions"))
+    assert in_incident(after) == in_incident(sorted_rows(_arrow(expected))) != []
+    config = load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml")
+    backfill_id = Backfill.create(config, {**conf, "start": day[0].isoformat(), "end": day[1].isoformat()}).id
+    assert f"backfill {backfill_id}: parameters" in capfd.readouterr().out
+    with create_session() as session:
+        events = session.scalars(
+            select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(
+                AssetModel.uri == "iceberg://lake/prod/playback_sessions",
+                AssetEvent.source_dag_id == dag.dag_id,
+                AssetEvent.source_run_id == dr.run_id,
+            )
+        ).all()
+        assert [(e.source_task_id, e.extra) for e in events] == [
+            (
+                "publish",
+                {
+                    "backfill_id": backfill_id,
+                    "job": "playback_sessions",
+                    "sink": "sessions",
+                    "table": "prod.playback_sessions",
+                    "start": day[0].isoformat(),
+                    "end": day[1].isoformat(),
+                    "snapshot_id": catalog.load_table("prod.playback_sessions").current_snapshot().snapshot_id,
+                },
+            )
+        ]

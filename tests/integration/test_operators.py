@@ -25,7 +25,8 @@ from lake import T0, append_events, create_events_table, create_sessions_table, 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowRescheduleException, AirflowSkipException
 from airflow_provider_kappa.operators.plan import KappaModeBranchOperator, KappaPlanOperator
-from airflow_provider_kappa.operators.publish import KappaPublishOperator
+from airflow.sdk.execution_time.context import OutletEventAccessors
+from airflow_provider_kappa.operators.publish import KappaPublishOperator, target_asset
 from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator
 from airflow_provider_kappa.operators.snapshot import KappaSnapshotOperator
 from airflow_provider_kappa.operators.validate import KappaValidateOperator
@@ -123,9 +124,16 @@ def job(tmp_path: Path, catalog: Any, catalog_props: dict[str, str]) -> Path:
 PARAMS = {"start": at(1).isoformat(), "end": at(3).isoformat(), "slice": "1h", "warmup": "30min", "tail": "15min"}
 
 
-def run_op(op: Any, params: dict[str, Any] | None = None, ti: Any = None) -> Any:
-    context: dict[str, Any] = {"params": dict(params or PARAMS), "ti": ti or FakeTI(op.task_id)}
+def run_op(op: Any, params: dict[str, Any] | None = None, ti: Any = None, **context_extra: Any) -> Any:
+    context: dict[str, Any] = {"params": dict(params or PARAMS), "ti": ti or FakeTI(op.task_id), **context_extra}
     return op.execute(context)
+
+
+def publish_op(job: Path, slices: Any, report: Any) -> KappaPublishOperator:
+    """The publish task as the DAG builds it: the target table's asset as its outlet."""
+    return KappaPublishOperator(
+        task_id="publish", config_path=str(job), plan=slices, report=report, outlets=[target_asset("lake", TARGET)]
+    )
 
 
 def test_snapshot_pins_tags_and_reuses_on_rerun(job: Path, catalog: Any) -> None:
@@ -323,11 +331,20 @@ def test_validate_gates_and_publish_replaces_the_window(job: Path, catalog: Any,
     report = run_op(KappaValidateOperator(task_id="validate", config_path=str(job), plan=slices))
     assert (report["sessions"]["staged_rows"], report["sessions"]["target_rows"]) == (2, 1)
     dry = {**PARAMS, "dry_run": True}
-    with pytest.raises(AirflowSkipException, match="dry_run is on"):
-        run_op(KappaPublishOperator(task_id="publish", config_path=str(job), plan=slices, report=report), dry)
+    asset = target_asset("lake", TARGET)
+    for skipped in (dry, {**PARAMS, "publish": False}):
+        events = OutletEventAccessors()
+        with pytest.raises(AirflowSkipException, match="dry_run is on|publish is off"):
+            run_op(publish_op(job, slices, report), skipped, outlet_events=events)
+        assert not events._dict  # type: ignore[attr-defined]  # no asset event extra: nothing published
     assert len(sorted_rows(catalog.load_table(TARGET))) == 2
-    result = run_op(KappaPublishOperator(task_id="publish", config_path=str(job), plan=slices, report=report))
+    events = OutletEventAccessors()
+    result = run_op(publish_op(job, slices, report), outlet_events=events)
     assert (result["sessions"]["rows_deleted"], result["sessions"]["rows_added"]) == (1, 2)
+    assert events[asset].extra == {
+        "backfill_id": slices[0]["backfill_id"], "job": "playback_sessions", "sink": "sessions", "table": TARGET,
+        "start": PARAMS["start"], "end": PARAMS["end"], "snapshot_id": catalog.load_table(TARGET).current_snapshot().snapshot_id,
+    }  # fmt: skip
     rows = sorted_rows(catalog.load_table(TARGET))
     assert sorted(r[1] for r in rows if r[0] == 1) == [at(1), at(2)]
     assert tuple(outside.values()) in rows and tuple(bad.values()) not in rows
@@ -389,3 +406,31 @@ def test_progress_is_summed_from_spark_event_log_records(tmp_path: Path) -> None
     assert metrics.watermark == "2026-11-01T00:29:59.000Z" and metrics.batch_seconds == 69.099
     assert metrics.queries == ["kappa_playback_sessions_sessions"] and metrics.peak_state_rows == 8
     assert "rows read 6, rows to sink 3, micro-batches 2" in metrics.to_text()
+
+
+def test_a_run_with_a_data_interval_and_no_start_or_end_backfills_its_interval(job: Path) -> None:
+    """A scheduled run (or an Airflow backfill) leaves start and end empty: every step takes the
+    run's data interval, and the backfill is the one explicit start and end give (same id)."""
+    import pendulum
+
+    explicit = run_op(KappaSnapshotOperator(task_id="snapshot", config_path=str(job)))
+    interval = {"data_interval_start": pendulum.instance(at(1)), "data_interval_end": pendulum.instance(at(3))}
+    empty = {**PARAMS, "start": None, "end": None}
+    scheduled = run_op(KappaSnapshotOperator(task_id="snapshot", config_path=str(job)), empty, **interval)
+    assert scheduled == explicit and scheduled["params"]["start"] == PARAMS["start"]
+    slices = run_op(KappaPlanOperator(task_id="plan", config_path=str(job), snapshot=scheduled), empty, **interval)
+    assert {s["backfill_id"] for s in slices} == {explicit["backfill_id"]}
+    # given start and end win over the interval
+    other = {"data_interval_start": pendulum.instance(at(0)), "data_interval_end": pendulum.instance(at(4))}
+    assert run_op(KappaSnapshotOperator(task_id="snapshot", config_path=str(job)), PARAMS, **other) == explicit
+
+
+def test_a_manual_run_without_start_end_or_data_interval_fails_saying_what_to_give(job: Path) -> None:
+    import pendulum
+
+    empty = {**PARAMS, "start": "", "end": ""}
+    point = {"data_interval_start": pendulum.instance(at(1)), "data_interval_end": pendulum.instance(at(1))}
+    for context in ({}, point):  # no interval (schedule=None), or an empty one (a trigger timetable)
+        with pytest.raises(AirflowFailException, match="start and end are empty and this run has no data interval"):
+            run_op(KappaSnapshotOperator(task_id="snapshot", config_path=str(job)), empty, **context)
+    assert not (job.parent / "checkpoints").exists()

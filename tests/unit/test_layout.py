@@ -1,6 +1,6 @@
 """The package's rooms follow the data flow, and imports only point down.
 
-core (exceptions, timeparse) < spark (runs inside Spark; examples are jobs on it) < hooks (Airflow
+core (exceptions, faults, timeparse) < spark (runs inside Spark; examples are jobs on it) < hooks (Airflow
 hooks the steps use) < backfill (the plain-Python steps) < operators < dag (the DAG factory) < cli, demo.
 Every ``import``/``from … import`` counts, at module level or inside a function.
 """
@@ -21,7 +21,7 @@ RANKS = {"core": 0, "spark": 1, "examples": 1, "hooks": 2, "backfill": 3, "opera
 
 def room(module: str) -> str:
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("exceptions", "timeparse"):
+    if len(parts) == 1 or parts[1] in ("exceptions", "faults", "timeparse"):
         return "core"
     return parts[1]
 
