@@ -25,8 +25,10 @@ import logging
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
@@ -38,6 +40,12 @@ from airflow_provider_kappa.backfill.config import JobConfig
 from airflow_provider_kappa.backfill.submit import spark_env, write_properties_file
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError
 from airflow_provider_kappa.spark.conf_keys import PREFIX
+from airflow_provider_kappa.spark.warm_daemon import SOCKET_ENV
+
+WARM_DAEMON_MODULE = "airflow_provider_kappa.spark.warm_daemon"
+#: Set to ``1`` to start local servers with the warm daemon (opt-in while it gets more mileage:
+#: benchmarks/README.md measures ~6 s -> ~2 s of fixed cost per slice); unset or ``0``: Spark's own.
+WARM_DAEMON_ENV = "KAPPA_WARM_DAEMON"
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +207,9 @@ class LocalConnectServer:
     """A Spark Connect server on 127.0.0.1 for one backfill, started from this venv's pyspark.
 
     Master ``job.master``; the job's ``spark_conf`` keys a session cannot set go to it at start
-    (in a 0600 properties file). It leads its own process group and is stopped by its pid. Use it
-    as a context manager, or :meth:`start` / :meth:`stop`.
+    (in a 0600 properties file). It leads its own process group and is stopped by its pid. Its Python
+    processes fork from a warm zygote (:meth:`warm_python`, :mod:`airflow_provider_kappa.spark.warm_daemon`)
+    when ``KAPPA_WARM_DAEMON=1``. Use it as a context manager, or :meth:`start` / :meth:`stop`.
 
     :param cfg: the job config (``job.master``, ``job.spark_conf``, ``job.name``).
     :param work: a folder for its log, properties and state files (``server.json``).
@@ -229,6 +238,8 @@ class LocalConnectServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.state: ServerState | None = None
         self.seconds = 0.0
+        self.zygote: subprocess.Popen[bytes] | None = None
+        self._socket_dir: Path | None = None
 
     @property
     def state_file(self) -> Path:
@@ -265,6 +276,36 @@ class LocalConnectServer:
             "--properties-file", str(props), "--class", SERVER_CLASS, "spark-internal",
         ]  # fmt: skip
 
+    def warm_python(self) -> dict[str, str]:
+        """Environment of a server whose Python processes are forked warm
+        (:mod:`airflow_provider_kappa.spark.warm_daemon`): ``PYSPARK_PYTHON`` is a small wrapper that
+        hands ``python -m pyspark.*`` to the zygote; empty unless ``KAPPA_WARM_DAEMON=1``, or when the job
+        sets ``spark.pyspark.python``."""
+        if os.environ.get(WARM_DAEMON_ENV, "0") != "1" or "spark.pyspark.python" in self.conf:
+            return {}
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="kappa-wd-"))  # short: AF_UNIX paths are <= 107 bytes
+        wrapper = self.work / "python"
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            "# PYSPARK_PYTHON of a kappa-owned Spark Connect server: pyspark's own processes forked warm\n"
+            f'if [ "$1" = "-m" ]; then case "$2" in pyspark.*) exec "{sys.executable}" -m {WARM_DAEMON_MODULE} --run "$@";; esac; fi\n'
+            f'exec "{sys.executable}" "$@"\n'
+        )
+        wrapper.chmod(0o700)
+        return {"PYSPARK_PYTHON": str(wrapper), SOCKET_ENV: str(self._socket_dir / "zygote.sock")}
+
+    def _start_zygote(self, env: Mapping[str, str], out: Any) -> None:
+        """The warm daemon's zygote, in its own process group; it ends within a second of the server."""
+        assert self.proc is not None
+        self.zygote = subprocess.Popen(
+            [sys.executable, "-m", WARM_DAEMON_MODULE, "--serve", env[SOCKET_ENV], "--watch-pid", str(self.proc.pid)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            start_new_session=True,
+        )
+
     def start(self) -> LocalConnectServer:
         """Start the server and wait until it accepts connections; record its state file.
 
@@ -274,15 +315,21 @@ class LocalConnectServer:
         self.work.mkdir(parents=True, exist_ok=True)
         port = free_port()
         began = time.monotonic()
+        env = {**os.environ, **spark_env(), **self.warm_python()}
         with self.log_file.open("wb") as out:
             self.proc = subprocess.Popen(
                 self.command(port),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **spark_env()},
+                env=env,
                 start_new_session=True,
             )
+            if SOCKET_ENV in env:
+                try:
+                    self._start_zygote(env, out)
+                except OSError as e:  # the server still runs, its Python processes start cold
+                    log.warning("warm daemon not started (%s: %s); Spark's Python processes start cold", type(e).__name__, e)
         url = f"sc://127.0.0.1:{port}"
         self.state = ServerState(url, self.proc.pid, _start_ticks(self.proc.pid), str(self.log_file))
         self.state.write(self.state_file)
@@ -303,12 +350,17 @@ class LocalConnectServer:
         """Stop the server's process group (and a restart recorded in the state file); remove the state file."""
         if self.proc is not None and self.proc.poll() is None:
             stop_group(self.proc.pid, self.state.start_ticks if self.state else None)
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        if self.zygote is not None and self.zygote.poll() is None:
+            self.zygote.terminate()
+        for proc in (self.proc, self.zygote):
+            if proc is not None:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
         stop_owned(self.state_file)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalConnectServer:
         return self.start()
