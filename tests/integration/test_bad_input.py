@@ -69,7 +69,7 @@ CASES: list[tuple[str, Edit | None, Callable[[Any], None] | None, list[str], str
     ("sink-time-column-wrong-type", put("sinks.sessions.time_column", "plays"), None, [],
      "sink sessions: time_column 'plays' of 'prod.playback_sessions' has type long; expected timestamptz"),
     ("unknown-top-level-key", put("sink", {"sessions": {}}), None, [],
-     "unknown key(s) ['sink']; allowed: ['backfill', 'catalogs', 'job', 'sinks', 'sources']"),
+     "unknown key(s) ['sink']; allowed: ['backfill', 'catalogs', 'job', 'land', 'sinks', 'sources']"),
     ("unknown-job-key", put("job.aplication", "x.py"), None, [],
      "job: unknown key(s) ['aplication']"),
     ("unknown-source-key", put("sources.backfill-playbacks.ingestion_col", "ingestion_ts"), None, [],
