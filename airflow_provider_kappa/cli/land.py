@@ -20,7 +20,6 @@ from airflow_provider_kappa.backfill.config import load_config
 from airflow_provider_kappa.backfill.jvm import kafka_connector_conf
 from airflow_provider_kappa.backfill.landing import check_tables, describe, land_checkpoint, land_conf, landings, selected
 from airflow_provider_kappa.backfill.launch import write_catalogs_file
-from airflow_provider_kappa.backfill.submit import submit
 from airflow_provider_kappa.timeparse import format_duration
 
 APPLICATION = "airflow_provider_kappa.spark.landing"
@@ -47,6 +46,9 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Land until stopped (or, ``--available-now``, until the topics are landed)."""
+    # imported when the verb runs (not when the CLI's parser is built), like the other verbs' steps
+    from airflow_provider_kappa.backfill.submit import submit
+
     cfg = load_config(args.config)
     items = landings(cfg, selected(args.sources))
     check_tables(cfg, items, job_catalogs(cfg))

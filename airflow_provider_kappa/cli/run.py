@@ -13,7 +13,6 @@ from pathlib import Path
 from airflow_provider_kappa.backfill.config import KafkaSourceConfig, load_config
 from airflow_provider_kappa.backfill.jvm import kafka_connector_conf
 from airflow_provider_kappa.backfill.launch import live_conf, write_catalogs_file
-from airflow_provider_kappa.backfill.submit import submit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job live until it is stopped or fails."""
+    # imported when the verb runs (not when the CLI's parser is built), like the other verbs' steps
+    from airflow_provider_kappa.backfill.submit import submit
+
     cfg = load_config(args.config)
     checkpoint = args.checkpoint or f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}/live"
     private = Path(checkpoint) / "_kappa"
