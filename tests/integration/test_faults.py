@@ -282,6 +282,11 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     out["killed_pids"] = killer.killed
     out["staging_commits_at_kill"] = killer.staging_commits_at_kill
     out["done_after_kill"] = store.done("s0001")
+    # SIGKILL is delivered asynchronously (a process in uninterruptible I/O dies when that ends):
+    # what must not happen is a killed process living on, so allow them a bounded time to go
+    deadline = time.monotonic() + 30
+    while [pid for pid in killer.killed if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.2)
     out["alive_after_kill"] = [pid for pid in killer.killed if alive(pid)]
     # ... then the slice retried, as Airflow's retry does
     began = time.monotonic()
