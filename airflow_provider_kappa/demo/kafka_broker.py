@@ -17,21 +17,14 @@ import socket
 import subprocess
 import time
 import uuid
-from collections import deque
 from pathlib import Path
 from types import TracebackType
 
+from airflow_provider_kappa.backfill.connect import free_port, log_tail
 from airflow_provider_kappa.backfill.jvm import broker_classpath
 from airflow_provider_kappa.exceptions import KappaEngineError
 
 STARTED = "Kafka Server started"
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 free now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _java() -> str:
@@ -135,7 +128,7 @@ class KafkaBroker:
                 code = self.proc.poll()
                 self.stop()
                 why = f"exited with code {code}" if code is not None else f"did not start within {self.start_timeout:.0f}s"
-                raise KappaEngineError(f"Kafka broker on {self.bootstrap_servers} {why}; log {self.log_file}:\n{self._tail()}")
+                raise KappaEngineError(f"Kafka broker on {self.bootstrap_servers} {why}; log {self.log_file}:\n{log_tail(self.log_file)}")
             time.sleep(0.2)
         self.seconds = time.monotonic() - began
         return self
@@ -154,13 +147,6 @@ class KafkaBroker:
                 return True
         except OSError:
             return False
-
-    def _tail(self, lines: int = 30) -> str:
-        try:
-            with self.log_file.open(encoding="utf-8", errors="replace") as fh:
-                return "".join(deque(fh, maxlen=lines))
-        except OSError:
-            return "(no log)"
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the broker's process group: SIGTERM (a controlled shutdown), SIGKILL after ``timeout``."""
