@@ -31,7 +31,7 @@ chromium:
 java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is missing: install it with 'apt-get install -y openjdk-17-jre-headless' and retry."; exit 1; }
 
-$(STAMP): setup.cfg pyproject.toml jvm/fetch.sh jvm/spark-kafka/pom.xml jvm/kafka/pom.xml | java
+$(STAMP): setup.cfg pyproject.toml jvm/fetch.sh jvm/spark-kafka/pom.xml jvm/kafka/pom.xml jvm/rest-catalog/pom.xml jvm/rest-catalog/KappaRESTCatalogServer.java | java
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is missing: install it with 'apt-get install -y python3.11 python3.11-venv' and retry."; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -39,7 +39,7 @@ $(STAMP): setup.cfg pyproject.toml jvm/fetch.sh jvm/spark-kafka/pom.xml jvm/kafk
 	# pyspark-client (from the Spark provider) overwrites part of the pyspark package;
 	# reinstall pyspark last so every file is pyspark's own (same pinned release).
 	$(BIN)/pip install --quiet --no-deps --force-reinstall "$$(grep -E '^ *pyspark==' setup.cfg | tr -d ' ')"
-	@# JVM artifacts from Maven Central, once (Spark's Kafka connector, a Kafka broker): .cache/jvm
+	@# JVM artifacts from Maven Central, once (Spark's Kafka connector, a Kafka broker, an Iceberg REST catalog): .cache/jvm
 	@# or $$KAPPA_JVM_DIR; nothing is downloaded while a job or a test runs
 	jvm/fetch.sh
 	touch $(STAMP)

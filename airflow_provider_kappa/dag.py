@@ -24,7 +24,10 @@ Reruns the job's unchanged streaming application over its Iceberg sources for a 
 `snapshot` checks the parameters and pins the sources' snapshots, `plan` cuts the range read
 into aligned slices, `mode` follows `slice_sequential` or `slice_parallel` (the other is
 skipped), which run the job once per slice (a Spark Connect session, or a spark-submit, per
-`job.engine`), `validate` compares staged and current rows, `publish` replaces the window. With
+`job.engine`), `validate` compares staged and current rows, `publish` replaces the window,
+`cleanup` removes what the job's backfills last active longer ago than `job.retention` left
+(staging tables, checkpoints, tags; never one holding a lock, nor this run's if it did not
+publish). With
 `engine: connect` and no `job.connect`, `connect_server_start` (a setup task) starts a local
 Spark Connect server for the slices and `connect_server_stop` (its teardown) stops it.
 
@@ -73,7 +76,8 @@ def kappa_backfill_dag(
     """Build the backfill DAG of the job described by ``config_path``.
 
     Tasks: ``snapshot`` -> ``plan`` -> ``mode`` (branch) -> ``slice_sequential`` | ``slice_parallel``
-    (one mapped task instance per slice) -> ``validate`` -> ``publish``; with ``engine: connect``
+    (one mapped task instance per slice) -> ``validate`` -> ``publish`` -> ``cleanup`` (``job.retention``
+    applied to the job's backfills, after a publish or a dry run's skipped one); with ``engine: connect``
     and no ``job.connect``, the slices sit between ``connect_server_start`` (setup) and
     ``connect_server_stop`` (teardown) of a local Spark Connect server. Params (the trigger form): one per
     row of :data:`airflow_provider_kappa.backfill.params.PARAMS` (start, end, sources, slice, …), the
@@ -107,6 +111,7 @@ def kappa_backfill_dag(
     """
     from airflow.sdk import DAG, Param
 
+    from airflow_provider_kappa.operators.cleanup import KappaCleanupOperator
     from airflow_provider_kappa.operators.connect_server import START, STOP, KappaConnectServerOperator
     from airflow_provider_kappa.operators.plan import (
         PARALLEL_TASK,
@@ -174,8 +179,11 @@ def kappa_backfill_dag(
             task_id="publish", config_path=path, plan=plan.output, report=validate.output,
             outlets=list(sink_assets(cfg).values()), **retries,
         )  # fmt: skip
+        cleanup = KappaCleanupOperator(
+            task_id="cleanup", config_path=path, trigger_rule="none_failed", retries=step_retries
+        )  # after a publish, or a dry run's skipped one: job.retention applied to the job's backfills
         plan >> mode >> [sequential, parallel]
-        [sequential, parallel] >> validate >> publish
+        [sequential, parallel] >> validate >> publish >> cleanup
         if cfg.job.engine == CONNECT and cfg.job.connect is None:
             # single-machine deployment: the backfill owns a local Spark Connect server for its slices
             start = KappaConnectServerOperator(
@@ -185,6 +193,7 @@ def kappa_backfill_dag(
                 task_id="connect_server_stop", config_path=path, action=STOP
             ).as_teardown(setups=start)
             plan >> start >> [sequential, parallel] >> stop
+            stop >> cleanup  # the server stopped first: a backfill whose server runs is not cleaned up
     return dag
 
 

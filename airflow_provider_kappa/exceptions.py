@@ -35,6 +35,12 @@ class KappaCatalogConflictError(KappaError):
     source table, say) after its retries; the step may be retried as it is."""
 
 
+class KappaSupersededError(KappaSinkError):
+    """A run of a backfill slice was superseded: a newer attempt of the same slice took a new
+    epoch (its Airflow task was killed and retried, ``kappa backfill --resume`` ran again). The old
+    run may neither commit to the slice's staging table nor keep its checkpoint."""
+
+
 class KappaEngineError(KappaError):
     """A Spark run of a slice failed: its spark-submit, its Spark Connect session, or the
     Spark Connect server it runs on (not started, or gone)."""

@@ -16,8 +16,14 @@ recognised by their qualified class names, so nothing heavy is imported to class
 from __future__ import annotations
 
 import errno
+import logging
+import time
+from typing import Callable, TypeVar
 
 from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaCatalogUnavailableError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Exception classes (``module.qualname`` of the class or of a base class) that are transient.
 TRANSIENT_CLASSES = frozenset(
@@ -122,3 +128,64 @@ def transient_cause(exc: BaseException) -> BaseException | None:
             return current
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
     return None
+
+
+def root_transient_cause(exc: BaseException) -> BaseException | None:
+    """The last transient exception in ``exc``'s chain (the fault itself, under the wrappers that
+    name the step: ``OperationalError: database is locked`` under a ``KappaCatalogUnavailableError``),
+    or ``None`` when every one is permanent.
+
+    :param exc: the exception a step raised.
+    """
+    found = None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if is_transient(current):
+            found = current
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return found
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` of ``exc`` on one line, for a terminal: a SQL error's driver message
+    without the statement and parameters SQLAlchemy appends (``OperationalError: database is
+    locked``), other messages cut at their first line.
+
+    :param exc: the exception.
+    """
+    cause = getattr(exc, "orig", None) if "sqlalchemy.exc.StatementError" in _class_names(exc) else None
+    message = str(cause if cause is not None else exc).strip()
+    first = message.splitlines()[0] if message else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+#: Attempts of a step retried in place on a transient fault (:func:`retry_transient`).
+RETRY_ATTEMPTS = 3
+#: Seconds before the first retry; doubled before each next one.
+RETRY_DELAY = 2.0
+
+
+def retry_transient(
+    fn: Callable[[], T], what: str, *, attempts: int = RETRY_ATTEMPTS, delay: float = RETRY_DELAY
+) -> T:
+    """Call ``fn``, again (after ``delay``, then twice as long, …) while it fails with a transient
+    fault (:func:`transient_cause`), at most ``attempts`` times; a permanent error, or the last
+    transient one, is raised as it is. Only for steps that are safe to repeat (idempotent).
+
+    :param fn: the step.
+    :param what: the step, for the log.
+    :param attempts: calls at most (at least 1).
+    :param delay: seconds before the first retry.
+    """
+    for attempt in range(1, max(1, attempts) + 1):
+        try:
+            return fn()
+        except Exception as e:
+            cause = transient_cause(e)
+            if cause is None or attempt >= attempts:
+                raise
+            log.warning("%s: transient fault (%s), attempt %d of %d; retrying", what, one_line(cause), attempt, attempts)
+            time.sleep(delay * 2 ** (attempt - 1))
+    raise AssertionError("unreachable")  # the loop returns or raises

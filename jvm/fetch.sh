@@ -2,18 +2,22 @@
 # Fetch the JVM artifacts kappa runs beside PySpark from Maven Central, once, at install time:
 #   <dest>/spark-kafka/  Spark's Kafka connector + what the pyspark wheel's jars/ lack (jvm/spark-kafka/pom.xml)
 #   <dest>/kafka/        an Apache Kafka broker (KRaft) for the tests and the demo (jvm/kafka/pom.xml)
+#   <dest>/rest-catalog/ Apache Iceberg's REST catalog test server for the tests (jvm/rest-catalog/pom.xml)
+# A folder may also hold *.java launchers: compiled (javac, against the fetched jars) into <dest>/<name>/kappa-<name>.jar.
 # <dest>: $KAPPA_JVM_DIR, else .cache/jvm in this checkout (what airflow_provider_kappa/backfill/jvm.py
-# looks in). Each folder is replaced atomically and stamped with its pom's hash: a second run with the
-# same poms does nothing and contacts no registry. Maven keeps its own cache in ~/.m2.
+# looks in). Each folder is replaced atomically and stamped with the hash of its pom (and launchers): a second
+# run with the same files does nothing and contacts no registry. Maven keeps its own cache in ~/.m2.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 dest="${KAPPA_JVM_DIR:-$here/../.cache/jvm}"
 command -v java >/dev/null 2>&1 || { echo "Java 17 is missing: install it with 'apt-get install -y openjdk-17-jre-headless' and retry."; exit 1; }
 mkdir -p "$dest"
 dest="$(cd "$dest" && pwd)"
-for name in spark-kafka kafka; do
+for name in spark-kafka kafka rest-catalog; do
   pom="$here/$name/pom.xml"
-  stamp="$(sha256sum "$pom" | cut -c1-16)"
+  sources=("$here/$name"/*.java)
+  [ -e "${sources[0]}" ] || sources=()
+  stamp="$(cat "$pom" "${sources[@]}" | sha256sum | cut -c1-16)"
   if [ -f "$dest/$name/.stamp" ] && [ "$(cat "$dest/$name/.stamp")" = "$stamp" ]; then
     continue
   fi
@@ -25,6 +29,15 @@ for name in spark-kafka kafka; do
     rm -rf "$tmp"
     echo "Could not fetch the JVM artifacts of $pom from Maven Central (log: $log): check the network or the proxy/mirror in ~/.m2/settings.xml, then rerun 'make install' (or jvm/fetch.sh)."
     exit 1
+  fi
+  if [ "${#sources[@]}" -gt 0 ]; then
+    command -v javac >/dev/null 2>&1 || { rm -rf "$tmp"; echo "javac is missing (needed once to build the launcher in jvm/$name): install it with 'apt-get install -y openjdk-17-jdk-headless' and retry."; exit 1; }
+    if ! { javac -nowarn -cp "$tmp/*" -d "$tmp/.classes" "${sources[@]}" && jar cf "$tmp/kappa-$name.jar" -C "$tmp/.classes" .; } >"$log" 2>&1; then
+      rm -rf "$tmp"
+      echo "Could not compile ${sources[*]} against the fetched jars (log: $log)."
+      exit 1
+    fi
+    rm -rf "$tmp/.classes"
   fi
   echo "$stamp" >"$tmp/.stamp"
   rm -rf "$dest/$name"

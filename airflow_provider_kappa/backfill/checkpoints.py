@@ -2,13 +2,20 @@
 
 ``<checkpoint_root>/<job>/backfill/<backfill_id>/``
 
-- ``shared/``: the one checkpoint of a sequential backfill (state flows slice to slice).
-- ``boundaries/<slice_id>/``: a copy of ``shared/`` as it was when that slice started, written
-  when the previous slice succeeded. Every run of a sequential slice (first run, retry after a
-  killed driver, or a clear in Airflow) restores its boundary into ``shared/`` first, so it
-  always starts from the checkpoint left by the last successful run of the slice before it.
-  A boundary is complete when its ``_KAPPA_BOUNDARY`` marker exists (written last).
-- ``slices/<slice_id>/``: the own checkpoint of a parallel slice, wiped before each run.
+- ``epochs/<slice_id>.json``: the slice's current epoch ``{"epoch": "0003-1a2b3c4d"}``. Every
+  attempt of a slice (first run, retry after a killed driver or parent, a clear in Airflow,
+  ``--resume``) takes a new one (:meth:`CheckpointStore.new_epoch`: a number one above every
+  earlier attempt's, and a random part so two attempts never share one) before it touches
+  anything; the slice's staging tables are recreated for it (``spark.kappa.epoch``, see
+  :mod:`airflow_provider_kappa.spark.staging`), so an older attempt still running commits nothing.
+- ``attempts/<slice_id>/<epoch>/``: the checkpoint one attempt runs with. Sequential: a copy of
+  the slice's boundary (empty for the first slice), so state flows slice to slice; parallel: empty.
+  An older attempt still running writes only into its own folder, never into the one the current
+  attempt reads or keeps. Folders of older attempts are removed when an attempt succeeds.
+- ``boundaries/<slice_id>/``: the checkpoint at the start of sequential slice ``<slice_id>``:
+  the attempt folder of the previous slice's successful attempt, copied when that attempt
+  finished (and only if its epoch was still current). A boundary is complete when its
+  ``_KAPPA_BOUNDARY`` marker exists (written last).
 - ``done/<slice_id>.json``: the metrics of a slice's last successful run (removed when it reruns).
 - ``progress/<slice_id>.jsonl``: the Spark ``StreamingQueryProgress`` records of its last run.
 - ``plans/<slice_id>/<source>.json``: the file list of each source for the slice's read range,
@@ -21,15 +28,18 @@ Any filesystem pyarrow knows (local paths, ``file://``, ``s3://``, ``gs://``, ``
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kappa.exceptions import KappaSinkError
+from airflow_provider_kappa.exceptions import KappaSinkError, KappaSupersededError
 from airflow_provider_kappa.spark.storage import filesystem, read_text, write_text
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
 
 MARKER = "_KAPPA_BOUNDARY"
+_EPOCH = re.compile(r"(\d+)-[0-9a-f]+")
 
 
 def backfill_root(checkpoint_root: str, job: str, backfill_id: str) -> str:
@@ -56,18 +66,17 @@ class CheckpointStore:
 
     # paths --------------------------------------------------------------------------------
 
-    @property
-    def shared(self) -> str:
-        """The shared checkpoint of a sequential backfill."""
-        return f"{self.root}/shared"
+    def attempt(self, slice_id: str, epoch: str) -> str:
+        """The checkpoint of the attempt of ``slice_id`` that took ``epoch``."""
+        return f"{self.root}/attempts/{slice_id}/{epoch}"
+
+    def epoch_file(self, slice_id: str) -> str:
+        """Where the current epoch of ``slice_id`` is recorded."""
+        return f"{self.root}/epochs/{slice_id}.json"
 
     def boundary(self, slice_id: str) -> str:
-        """The copy of ``shared`` taken at the start of slice ``slice_id``."""
+        """The checkpoint kept at the start of sequential slice ``slice_id``."""
         return f"{self.root}/boundaries/{slice_id}"
-
-    def own(self, slice_id: str) -> str:
-        """The own checkpoint of a parallel slice."""
-        return f"{self.root}/slices/{slice_id}"
 
     def plan_file(self, slice_id: str, source: str) -> str:
         """Where the launcher keeps the scan plan of ``source`` for a run of ``slice_id``."""
@@ -121,6 +130,13 @@ class CheckpointStore:
         fs, _ = self._fs()
         return read_text(fs, self._local(uri))
 
+    def _subfolders(self, folder: str) -> list[str]:
+        from pyarrow.fs import FileSelector, FileType
+
+        fs, _ = self._fs()
+        infos = fs.get_file_info(FileSelector(self._local(folder), allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == FileType.Directory)
+
     def _list(self, folder: str, suffix: str) -> list[str]:
         """Names (without ``suffix``) of the files ending in ``suffix`` in ``folder``, sorted."""
         from pyarrow.fs import FileSelector, FileType
@@ -129,21 +145,80 @@ class CheckpointStore:
         infos = fs.get_file_info(FileSelector(self._local(folder), allow_not_found=True))
         return sorted(i.base_name[: -len(suffix)] for i in infos if i.type == FileType.File and i.base_name.endswith(suffix))
 
+    # epochs -------------------------------------------------------------------------------
+
+    def current_epoch(self, slice_id: str) -> str | None:
+        """The epoch of the latest attempt of ``slice_id`` (``None`` before its first)."""
+        if not self._exists(self.epoch_file(slice_id)):
+            return None
+        return str(json.loads(self._read(self.epoch_file(slice_id)))["epoch"])
+
+    def new_epoch(self, slice_id: str) -> str:
+        """Start a new attempt of ``slice_id``: record and return its epoch ``<n>-<random>``, ``n``
+        one above every earlier attempt's. From now on older attempts are superseded.
+
+        :param slice_id: the slice about to run.
+        """
+        numbers = [int(m.group(1)) for name in self._subfolders(f"{self.root}/attempts/{slice_id}") if (m := _EPOCH.fullmatch(name))]
+        current = self.current_epoch(slice_id)
+        if current and (m := _EPOCH.fullmatch(current)):
+            numbers.append(int(m.group(1)))
+        epoch = f"{max(numbers, default=0) + 1:04d}-{secrets.token_hex(4)}"
+        self._write(self.epoch_file(slice_id), json.dumps({"epoch": epoch}))
+        return epoch
+
+    def check_epoch(self, slice_id: str, epoch: str, cause: BaseException | None = None) -> None:
+        """Raise unless ``epoch`` is still the current epoch of ``slice_id``.
+
+        :param cause: the error the attempt's run failed with, chained to the one raised here.
+        :raises KappaSupersededError: a newer attempt of the slice started.
+        """
+        current = self.current_epoch(slice_id)
+        if current != epoch:
+            raise KappaSupersededError(
+                f"slice {slice_id}: this attempt (epoch {epoch!r}) was superseded by a newer attempt (epoch {current!r}); "
+                "its commits to staging are refused, it keeps no checkpoint and records nothing done"
+                + (f" (its Spark run ended with {type(cause).__name__})" if cause is not None else "")
+            ) from cause
+
+    def record_session(self, slice_id: str, epoch: str, session: dict[str, str]) -> None:
+        """Record the Spark Connect session (``{"server": redacted URL, "session_id"}``) the attempt
+        ``epoch`` runs in, so that the next attempt can stop it (``steps._stop_previous_session``).
+
+        :raises KappaSupersededError: a newer attempt of the slice started.
+        """
+        self.check_epoch(slice_id, epoch)
+        self._write(self.epoch_file(slice_id), json.dumps({"epoch": epoch, "session": session}))
+
+    def session(self, slice_id: str) -> dict[str, str] | None:
+        """The Spark Connect session the latest attempt of ``slice_id`` recorded, if any."""
+        if not self._exists(self.epoch_file(slice_id)):
+            return None
+        session = json.loads(self._read(self.epoch_file(slice_id))).get("session")
+        return dict(session) if isinstance(session, dict) else None
+
+    def _drop_other_attempts(self, slice_id: str, epoch: str) -> None:
+        """Remove the checkpoint folders of the attempts of ``slice_id`` other than ``epoch``'s."""
+        for name in self._subfolders(f"{self.root}/attempts/{slice_id}"):
+            if name != epoch:
+                self._delete(self.attempt(slice_id, name))
+
     # sequential ---------------------------------------------------------------------------
 
     def boundary_ready(self, slice_id: str) -> bool:
         """Whether the checkpoint at the start of ``slice_id`` was completely kept."""
         return self._exists(f"{self.boundary(slice_id)}/{MARKER}")
 
-    def start_sequential(self, slice_id: str, index: int, next_slice_id: str | None) -> str:
-        """Prepare ``shared`` for a run of slice ``slice_id``: empty for the first slice, else
-        restored from its boundary; the next slice's boundary and this slice's done record are
-        invalidated (they are rewritten when this run succeeds).
+    def start_sequential(self, slice_id: str, index: int, next_slice_id: str | None, epoch: str) -> str:
+        """Prepare the checkpoint of attempt ``epoch`` of slice ``slice_id``: empty for the first
+        slice, else a copy of its boundary; the next slice's boundary and this slice's done record
+        are invalidated (they are rewritten when this attempt succeeds).
 
         :param slice_id: the slice about to run.
         :param index: its position (0 = first slice).
         :param next_slice_id: the slice after it, ``None`` for the last one.
-        :returns: the checkpoint folder the run uses (``shared``).
+        :param epoch: the attempt's epoch (:meth:`new_epoch`).
+        :returns: the checkpoint folder the run uses (:meth:`attempt`).
         :raises KappaSinkError: when the boundary of a later slice is missing (the slice before
             it has not succeeded).
         """
@@ -152,40 +227,51 @@ class CheckpointStore:
                 f"sequential slice {slice_id}: no checkpoint kept at its start ({self.boundary(slice_id)}); "
                 "the slice before it has not succeeded; run slices in order"
             )
+        self.check_epoch(slice_id, epoch)
         self._delete(self.done_file(slice_id))
         if next_slice_id is not None:
             self._delete(self.boundary(next_slice_id))
+        folder = self.attempt(slice_id, epoch)
         if index == 0:
-            self._delete(self.shared)
+            self._delete(folder)
         else:
-            self._copy_dir(self.boundary(slice_id), self.shared)
-            self._delete(f"{self.shared}/{MARKER}")
-        return self.shared
+            self._copy_dir(self.boundary(slice_id), folder)
+            self._delete(f"{folder}/{MARKER}")
+        return folder
 
-    def finish_sequential(self, slice_id: str, next_slice_id: str | None, metrics: dict[str, Any]) -> None:
-        """Keep ``shared`` as the boundary of the next slice (marker last) and record ``slice_id`` done.
+    def finish_sequential(self, slice_id: str, next_slice_id: str | None, metrics: dict[str, Any], epoch: str) -> None:
+        """Keep the checkpoint of attempt ``epoch`` as the boundary of the next slice (marker last)
+        and record ``slice_id`` done, if ``epoch`` is still current; drop older attempts' folders.
 
         :param slice_id: the slice that succeeded.
         :param next_slice_id: the slice after it, ``None`` for the last one.
         :param metrics: the run's metrics (JSON-able).
+        :param epoch: the attempt's epoch.
+        :raises KappaSupersededError: a newer attempt of the slice started meanwhile.
         """
+        self.check_epoch(slice_id, epoch)
         if next_slice_id is not None:
             target = self.boundary(next_slice_id)
-            self._copy_dir(self.shared, target)
-            self._write(f"{target}/{MARKER}", json.dumps({"after": slice_id}))
+            self._copy_dir(self.attempt(slice_id, epoch), target)
+            self._write(f"{target}/{MARKER}", json.dumps({"after": slice_id, "epoch": epoch}))
+        self.check_epoch(slice_id, epoch)
         self._write(self.done_file(slice_id), json.dumps(metrics, sort_keys=True))
+        self._drop_other_attempts(slice_id, epoch)
 
     # parallel -----------------------------------------------------------------------------
 
-    def start_parallel(self, slice_id: str) -> str:
-        """Wipe the own checkpoint of a parallel slice; return its folder."""
-        self._delete(self.own(slice_id))
+    def start_parallel(self, slice_id: str, epoch: str) -> str:
+        """Prepare the (empty) checkpoint of attempt ``epoch`` of a parallel slice; return its folder."""
+        self.check_epoch(slice_id, epoch)
         self._delete(self.done_file(slice_id))
-        return self.own(slice_id)
+        self._delete(self.attempt(slice_id, epoch))
+        return self.attempt(slice_id, epoch)
 
-    def finish_parallel(self, slice_id: str, metrics: dict[str, Any]) -> None:
-        """Record a parallel slice done."""
+    def finish_parallel(self, slice_id: str, metrics: dict[str, Any], epoch: str) -> None:
+        """Record a parallel slice done if ``epoch`` is still current; drop older attempts' folders."""
+        self.check_epoch(slice_id, epoch)
         self._write(self.done_file(slice_id), json.dumps(metrics, sort_keys=True))
+        self._drop_other_attempts(slice_id, epoch)
 
     # both ---------------------------------------------------------------------------------
 

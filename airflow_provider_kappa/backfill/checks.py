@@ -1,15 +1,18 @@
 """Input checks of a backfill, made before anything is written (no lock, no tag, no checkpoint,
 no staging table): the job's application file, and the tables it reads and writes (opening them
-also proves the catalogs can be reached). ``kappa plan`` checks only the source tables.
+also proves the catalogs can be reached), and whether the data landed reaches ``end + tail``
+(:func:`check_landed`; with ``allow_open_end``, :func:`closed_end` is the end of the window
+published). ``kappa plan`` checks only the source tables.
 
 No Airflow import here; pyiceberg is imported inside functions.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from airflow_provider_kappa.backfill.catalogs import CatalogFor
 from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig
@@ -37,12 +40,15 @@ def check_inputs(bf: Backfill, *, runs: bool = True, max_slices: int = MAX_SLICE
         ``checkpoint_root``, an unreachable catalog.
     :raises KappaSourceError: a missing source table or ingestion column.
     :raises KappaSinkError: a missing target table or ``time_column``.
+    :raises KappaSourceError: also, for a backfill that runs, a window whose ``end + tail`` lies
+        past the landed data without ``allow_open_end`` (:func:`check_landed`).
     """
     check_slice_count(bf, max_slices)
     if runs:
         check_application(bf.cfg)
     check_tables(bf.cfg, bf.params.sources, bf.catalog_for, sinks=runs)
     if runs:
+        check_landed(bf)
         check_checkpoint_root(bf.cfg)
 
 
@@ -166,3 +172,120 @@ def check_tables(
                 f"sink {name}: time_column {sink.time_column!r} of {sink.table!r} has type {ftype}; "
                 "expected timestamptz, timestamp or date"
             )
+
+
+# --------------------------------------------------------------------------- the landed data
+
+
+@dataclass(frozen=True)
+class LandedEnd:
+    """Where the landed data of a backfill's sources ends (from manifest statistics).
+
+    :param end: the earliest of the sources' landed ends: a source's last ingestion time rounded
+        up to the end of its ``max_misalignment_threshold`` grid cell (the cell a micro-batch reads
+        whole); the read range ``[start - warmup, end + tail)`` is landed when it ends by then.
+    :param source: the source whose data ends first.
+    :param table: its table.
+    :param last: its last ingestion time (the largest upper bound of its data files).
+    :param snapshot_id: the snapshot read.
+    """
+
+    end: datetime
+    source: str
+    table: str
+    last: datetime
+    snapshot_id: int
+
+
+def landed_end(bf: Backfill, snapshot_ids: Mapping[str, int] | None = None) -> LandedEnd | None:
+    """The end of the landed data of ``bf``'s sources, from manifests only (no data file opened):
+    each source's largest ingestion upper bound, rounded up to the threshold grid; the earliest
+    over the sources (a job reading several sources waits for the slowest: Spark's watermark is
+    their minimum). ``None`` when no source has a data file with ingestion statistics.
+
+    :param bf: the backfill.
+    :param snapshot_ids: concrete source name -> pinned snapshot id; default (pre-flight, before
+        the pin): the snapshot of the backfill's tag when it exists (a rerun), else the current one.
+    """
+    from airflow_provider_kappa.spark.catalog import load_table
+    from airflow_provider_kappa.spark.source.manifests import table_ingestion_range
+    from airflow_provider_kappa.timeparse import from_micros
+
+    step = max(1, round(bf.params.max_misalignment_threshold.total_seconds() * 1_000_000))
+    found: LandedEnd | None = None
+    for src in {s.name: s for s in bf.sources().values()}.values():
+        table = load_table(bf.catalog_for(src.catalog), src.table)
+        if snapshot_ids is not None and src.name in snapshot_ids:
+            snapshot_id: int | None = snapshot_ids[src.name]
+        else:
+            ref = table.metadata.refs.get(bf.tag)
+            current = table.current_snapshot()
+            snapshot_id = ref.snapshot_id if ref is not None else (current.snapshot_id if current else None)
+        if snapshot_id is None:
+            continue  # no data at all: the planner refuses a backfill no source can feed
+        bounds = table_ingestion_range(table, snapshot_id, src.ingestion_column)
+        if bounds is None:
+            continue
+        end = from_micros(-(-(bounds[1] + 1) // step) * step)
+        if found is None or end < found.end:
+            found = LandedEnd(end, src.name, src.table, from_micros(bounds[1]), int(snapshot_id))
+    return found
+
+
+def check_landed(bf: Backfill) -> LandedEnd | None:
+    """Refuse, before any lock or tag, a backfill whose read range ends past the landed data
+    (``end + tail`` after :func:`landed_end`): the job's windows near ``end`` would never close,
+    and a publish would replace the target's correct rows there with fewer. With
+    ``allow_open_end`` it may run, and publishes only the part of the window the landed data
+    closes (:func:`closed_end`); refused even then when that part is empty.
+
+    :param bf: the backfill.
+    :returns: the landed end (``None`` when no source has ingestion statistics to tell).
+    :raises KappaSourceError: naming the window, the tail, the landed data and what to do.
+    """
+    from airflow_provider_kappa.backfill.params import human_duration
+
+    landed = landed_end(bf)
+    p = bf.params
+    if landed is None or p.read_end <= landed.end:
+        return landed
+    closes = landed.end - p.tail
+    what = (
+        f"backfill window [{p.start.isoformat()}, {p.end.isoformat()}) with tail {human_duration(p.tail)} reads "
+        f"ingestion time up to end + tail = {p.read_end.isoformat()}, past the landed data: source {landed.source} "
+        f"({landed.table}, snapshot {landed.snapshot_id}) holds ingestion times up to {landed.last.isoformat()}, "
+        f"landed through {landed.end.isoformat()} (the end of its {human_duration(p.max_misalignment_threshold)} "
+        "threshold cell)"
+    )
+    if closes <= p.start:
+        after = "; the window is outside the tables' data (it starts after they end)" if p.start >= landed.end else ""
+        raise KappaSourceError(
+            f"{what}{after}; the landed data closes no part of the window (it would need data up to "
+            f"{(p.start + p.tail).isoformat()}); choose an earlier window or wait for the data to land"
+        )
+    if not p.allow_open_end:
+        raise KappaSourceError(
+            f"{what}: the job's windows near the end would never close, and a publish would replace correct rows "
+            f"with fewer. Use an end of at most {closes.isoformat()}, wait for data up to {p.read_end.isoformat()} "
+            f"to land, or pass --allow-open-end (Params: allow_open_end) to publish only [{p.start.isoformat()}, "
+            f"{closes.isoformat()}), the part the landed data closes"
+        )
+    return landed
+
+
+def closed_end(bf: Backfill, snapshot_ids: Mapping[str, int]) -> datetime:
+    """The end of the window a backfill publishes (and validates): ``end``, or with
+    ``allow_open_end`` and a read range past the landed data at the pinned snapshots, the landed
+    end minus ``tail`` (what the landed data closes, by the tail's contract). Rows the backfill
+    staged from there to ``end`` are not published; the target keeps its rows there.
+
+    :param bf: the backfill.
+    :param snapshot_ids: concrete source name -> pinned snapshot id (a slice plan's).
+    """
+    p = bf.params
+    if not p.allow_open_end:
+        return p.end
+    landed = landed_end(bf, snapshot_ids)
+    if landed is None or p.read_end <= landed.end:
+        return p.end
+    return max(p.start, landed.end - p.tail)

@@ -26,6 +26,9 @@ _TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 CONNECT = "connect"
 SUBMIT = "submit"
 ENGINES = (CONNECT, SUBMIT)
+#: ``job.retention`` default: ``kappa cleanup`` and the DAG's cleanup task remove the staging tables,
+#: checkpoints, plan files and tags of a backfill this long after its last activity.
+DEFAULT_RETENTION = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,12 @@ class JobSection:
     class_data_sharing: bool = True
     engine: str = CONNECT
     connect: ConnectConfig | None = None
+    retention: timedelta = DEFAULT_RETENTION  # what a backfill left is removed this long after its last activity
+    deploy_mode: str | None = None  # spark-submit deploy mode (client | cluster); None: the Spark connection's, else client
+    python_archive: str | None = None  # a packed virtualenv (venv-pack) executors run: spark.archives (docs/deployment.md)
+    env: Mapping[str, str] = field(default_factory=dict)  # environment of the driver and executors, passed per deploy mode
+    catalogs_file: str | None = None  # a catalogs file the cluster reads itself (not written, not shipped by kappa)
+    ledger: str = ""  # the live ledger kappa run records and a backfill with --ledger replays (spark/ledger.py)
 
 
 @dataclass(frozen=True)
@@ -313,6 +322,12 @@ def parse_config(raw: object, path: Path) -> JobConfig:
             "class_data_sharing",
             "engine",
             "connect",
+            "retention",
+            "deploy_mode",
+            "python_archive",
+            "env",
+            "catalogs_file",
+            "ledger",
         },
     )
     application = Path(j.text("application"))
@@ -332,6 +347,13 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         class_data_sharing=j.flag("class_data_sharing", True),
         engine=_engine(j),
         connect=_connect(j.data.get("connect")),
+        retention=parse_duration(j.data.get("retention", "7d"), "job.retention", allow_zero=True),
+        deploy_mode=_deploy_mode(j),
+        python_archive=_local_or_url(j.text("python_archive", required=False), path),
+        env=j.mapping("env"),
+        catalogs_file=_local_or_url(j.text("catalogs_file", required=False), path),
+        ledger=_local_or_url(j.text("ledger", required=False), path)
+        or f"{checkpoint_root.rstrip('/')}/{j.text('name')}/ledger",
     )
 
     catalogs: dict[str, CatalogConfig] = {}
@@ -392,6 +414,21 @@ def _engine(j: _Section) -> str:
     if engine not in ENGINES:
         raise KappaConfigError(f"job.engine: {engine!r} is not an engine; allowed: {list(ENGINES)}")
     return str(engine)
+
+
+def _deploy_mode(j: _Section) -> str | None:
+    """``job.deploy_mode``: ``client`` or ``cluster`` (unset: the Spark connection's, else client)."""
+    mode = j.data.get("deploy_mode")
+    if mode is not None and mode not in ("client", "cluster"):
+        raise KappaConfigError(f"job.deploy_mode: {mode!r} is not a deploy mode; allowed: ['client', 'cluster']")
+    return None if mode is None else str(mode)
+
+
+def _local_or_url(value: str | None, path: Path) -> str | None:
+    """A path relative to kappa.yaml made absolute; a URL (``hdfs://``, ``s3a://``, ``local://``) kept."""
+    if value is None or "://" in value or Path(value).is_absolute():
+        return value
+    return str((path.parent / value).resolve())
 
 
 def _connect(body: object) -> ConnectConfig | None:

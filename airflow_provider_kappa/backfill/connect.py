@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ from types import TracebackType
 from typing import Any, Callable, Mapping
 
 from airflow_provider_kappa.backfill.config import JobConfig
+from airflow_provider_kappa.backfill.processes import RUNNING, child_options
+from airflow_provider_kappa.backfill.processes import start_ticks as _start_ticks
 from airflow_provider_kappa.backfill.submit import spark_env, write_properties_file
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError
 from airflow_provider_kappa.spark.conf_keys import PREFIX
@@ -111,15 +114,6 @@ def configured_url(cfg: JobConfig) -> str | None:
 
 
 # --------------------------------------------------------------------------- server state
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time (``/proc/<pid>/stat`` field 22), telling a reused pid apart."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
 
 
 def port_open(url: str, timeout: float = 1.0) -> bool:
@@ -217,6 +211,8 @@ class LocalConnectServer:
     :param master: overrides ``job.master``; with ``cfg`` ``None``, the master (default ``local[*]``).
     :param conf: with ``cfg`` ``None``, the server's Spark conf.
     :param state_file: where to record its state (default ``<work>/server.json``).
+    :param die_with_parent: the server ends when this process dies, SIGKILL included (a parent-death
+        signal: ``kappa backfill``'s own server); leave False for a server other processes keep using.
     """
 
     def __init__(
@@ -228,7 +224,9 @@ class LocalConnectServer:
         master: str | None = None,
         conf: Mapping[str, str] | None = None,
         state_file: Path | None = None,
+        die_with_parent: bool = False,
     ) -> None:
+        self.die_with_parent = die_with_parent
         self.master = master or (cfg.job.master if cfg else "local[*]")
         self.conf = split_conf(cfg.job.spark_conf)[1] if cfg else dict(conf or {})
         self.name = f"kappa-connect-{cfg.job.name}" if cfg else "kappa-connect"
@@ -323,7 +321,7 @@ class LocalConnectServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                start_new_session=True,
+                **(child_options() if self.die_with_parent else {"start_new_session": True}),
             )
             if SOCKET_ENV in env:
                 try:
@@ -401,6 +399,54 @@ def ensure_server(cfg: JobConfig, state_file: Path) -> ServerState:
 # --------------------------------------------------------------------------- one run
 
 
+def with_session_id(url: str, session_id: str) -> str:
+    """``url`` (``sc://host:port[/;params]``) with its ``session_id`` parameter set to ``session_id``."""
+    base, _, params = url.partition(";")
+    kept = [p for p in params.split(";") if p and not p.startswith("session_id=")]
+    return base.rstrip("/") + "/;" + ";".join([*kept, f"session_id={session_id}"])
+
+
+def stop_session(url: str, session_id: str, timeout: float = 60.0) -> None:
+    """Release Spark Connect session ``session_id`` of the server at ``url``: its streaming queries
+    are stopped and its running operations interrupted inside the server (a runner that was killed
+    leaves them running). A session already closed is fine.
+
+    :param url: the server's ``sc://`` URL (a token in it goes by environment).
+    :param session_id: the session to end.
+    :param timeout: seconds to wait for the stop.
+    :raises KappaEngineError: the stop failed or did not end in time.
+    """
+    cmd = [sys.executable, "-m", RUNNER_MODULE, "--stop-session"]
+    env = {**os.environ, **spark_env(), "SPARK_REMOTE": with_session_id(url, session_id)}
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise KappaEngineError(f"Spark Connect session {session_id} on {redact_url(url)}: not stopped within {timeout:.0f}s") from e
+    if done.returncode != 0:
+        raise KappaEngineError(
+            f"Spark Connect session {session_id} on {redact_url(url)} could not be stopped (exit code {done.returncode}): "
+            + "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
+        )
+    log.info("Spark Connect session %s on %s released", session_id, redact_url(url))
+
+
+def stop_run(proc: subprocess.Popen[bytes], url: str, session_id: str, grace: float = 20.0) -> None:
+    """End a runner and its session: SIGTERM (the runner stops its queries and the session), and if
+    it is not gone after ``grace`` seconds, SIGKILL it and release the session from here
+    (:func:`stop_session`)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    elif proc.returncode == 0:
+        return
+    stop_session(url, session_id)
+
+
 def write_conf_file(conf: Mapping[str, str], path: Path) -> Path:
     """Write a session's conf as JSON with mode 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -419,6 +465,7 @@ def run_application(
     name: str,
     server_alive: Callable[[], bool] | None = None,
     owned: bool = False,
+    session_id: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``application`` once as a Spark Connect session of the server at ``url``.
 
@@ -432,8 +479,16 @@ def run_application(
         at once instead of after the client's retries.
     :param owned: the server is kappa's own (:class:`LocalConnectServer`), started with the job's
         server keys: they are not reported as left out.
+    :param session_id: the session's id (a UUID; default a new one): the session the runner opens,
+        and the one :func:`stop_session` ends if the runner cannot.
     :returns: the ``StreamingQueryProgress`` records of the run, in order.
     :raises KappaEngineError: the session fails (the tail of its output in the message) or the server goes away.
+
+    The runner dies with this process (SIGTERM by parent-death signal: it stops its queries and
+    session). When this call ends by an exception (a task's timeout, Ctrl-C) or this process's
+    :func:`~airflow_provider_kappa.backfill.processes.stop_running` (an Airflow task's ``on_kill``),
+    the runner is stopped and, if it does not end by itself, the session is released from here:
+    its queries stop inside the server.
     """
     if not Path(application).is_file():
         raise KappaConfigError(f"job.application: {str(application)!r} does not exist")
@@ -446,47 +501,34 @@ def run_application(
     conf_file = write_conf_file(session, work / "session-conf.json")
     progress_file = work / "progress.jsonl"
     cmd = [sys.executable, "-m", RUNNER_MODULE, "--conf-file", str(conf_file), "--progress-file", str(progress_file), str(application)]
-    env = {**os.environ, **spark_env(), "SPARK_REMOTE": url}
-    log.info("%s: Spark Connect session on %s: %s", name, redact_url(url), " ".join(cmd))
+    session_id = session_id or str(uuid.uuid4())
+    env = {**os.environ, **spark_env(), "SPARK_REMOTE": with_session_id(url, session_id)}
+    log.info("%s: Spark Connect session %s on %s: %s", name, session_id, redact_url(url), " ".join(cmd))
     tail: deque[str] = deque(maxlen=40)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    gone: float | None = None  # when the server was found gone
-    try:
-        assert proc.stdout is not None
-        os.set_blocking(proc.stdout.fileno(), False)
-        pending = b""
-        last_check = time.monotonic()
-        while True:
-            chunk = proc.stdout.read()
-            if chunk:
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    line = raw.decode("utf-8", "replace").rstrip()
-                    tail.append(line)
-                    log.info("%s", line)
-            elif proc.poll() is not None:
-                break
-            else:
-                time.sleep(0.05)
-            if gone is not None and time.monotonic() - gone > 15:
-                proc.kill()  # its client retrying the dead server
-            elif gone is None and server_alive is not None and time.monotonic() - last_check > 1.0:
-                last_check = time.monotonic()
-                if not server_alive():
-                    gone = time.monotonic()
-                    log.warning("%s: the Spark Connect server at %s is gone; ending the session", name, redact_url(url))
-                    proc.terminate()
-        if pending:
-            tail.append(pending.decode("utf-8", "replace"))
-            log.info("%s", tail[-1])
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, **child_options(signal.SIGTERM)
+    )
+
+    def stop() -> None:
+        stop_run(proc, url, session_id)
+
+    with RUNNING.run(f"Spark Connect session {session_id} ({name})", stop):
+        try:
+            gone = _follow(proc, tail, name, url, server_alive)
+        except BaseException:
+            stop()
+            raise
     code = proc.wait()
     if gone is not None:
         raise KappaEngineError(f"{name}: the Spark Connect server at {redact_url(url)} went away during the run")
+    if code < 0:  # the runner was killed by a signal: its queries may still run inside the server
+        try:
+            stop_session(url, session_id)
+        except KappaEngineError as e:
+            raise KappaEngineError(
+                f"{name}: the Spark Connect runner was killed by signal {-code} and its session {session_id} could not "
+                f"be released (its query may still run in the server; the next attempt's epoch refuses its commits): {e}"
+            ) from e
     if code != 0:
         last = "\n".join(list(tail)[-15:])
         raise KappaEngineError(
@@ -495,3 +537,39 @@ def run_application(
     from airflow_provider_kappa.backfill.progress import read_progress
 
     return read_progress(progress_file)
+
+
+def _follow(
+    proc: subprocess.Popen[bytes], tail: deque[str], name: str, url: str, server_alive: Callable[[], bool] | None
+) -> float | None:
+    """Log the runner's output until it ends; return when the server was found gone (``None``: it was not)."""
+    gone: float | None = None
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    pending = b""
+    last_check = time.monotonic()
+    while True:
+        chunk = proc.stdout.read()
+        if chunk:
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                line = raw.decode("utf-8", "replace").rstrip()
+                tail.append(line)
+                log.info("%s", line)
+        elif proc.poll() is not None:
+            break
+        else:
+            time.sleep(0.05)
+        if gone is not None and time.monotonic() - gone > 15:
+            proc.kill()  # its client retrying the dead server
+        elif gone is None and server_alive is not None and time.monotonic() - last_check > 1.0:
+            last_check = time.monotonic()
+            if not server_alive():
+                gone = time.monotonic()
+                log.warning("%s: the Spark Connect server at %s is gone; ending the session", name, redact_url(url))
+                proc.terminate()
+    if pending:
+        tail.append(pending.decode("utf-8", "replace"))
+        log.info("%s", tail[-1])
+    return gone

@@ -16,6 +16,7 @@ from typing import Mapping
 
 from airflow_provider_kappa.backfill.catalogs import catalog_properties
 from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig, KafkaSourceConfig
+from airflow_provider_kappa.backfill.submit_args import CATALOGS_SHIP, SUBMIT_PREFIX
 from airflow_provider_kappa.spark.settings import (
     AVAILABLE_NOW,
     BACKFILL,
@@ -33,7 +34,11 @@ def write_catalogs_file(cfg: JobConfig, path: str | Path, names: list[str] | Non
     :param cfg: the job config.
     :param path: where to write it.
     :param names: catalogs to include (default: all of ``catalogs:``).
+    :returns: the file written; ``job.catalogs_file`` instead, when the job names one (then nothing is
+        written: the cluster reads that file itself).
     """
+    if cfg.job.catalogs_file:
+        return Path(cfg.job.catalogs_file)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     data = {n: catalog_properties(cfg, n) for n in (names or list(cfg.catalogs))}
@@ -61,6 +66,8 @@ class SliceRun:
     sources: tuple[str, ...] = field(default_factory=tuple)  # job source names to backfill; empty = all
     continued: bool = False  # sequential: a later slice goes on from this one's checkpoint with data
     file_lists: Mapping[str, str] = field(default_factory=dict)  # concrete source -> file list (spark/source/file_list.py)
+    epoch: str | None = None  # this attempt's epoch (checkpoints.CheckpointStore.new_epoch): fences older attempts
+    ledger: str | None = None  # the live ledger (job.ledger) whose micro-batches the sources replay (backfill --ledger)
 
 
 def _common(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str | Path) -> dict[str, str]:
@@ -70,10 +77,29 @@ def _common(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str | Pat
             PREFIX + "mode": mode,
             PREFIX + "job": cfg.job.name,
             PREFIX + "checkpoint": checkpoint,
-            PREFIX + "catalogs.file": str(catalogs_file),
+            PREFIX + "catalogs.file": cfg.job.catalogs_file or str(catalogs_file),
         }
     )
+    conf.update(submit_keys(cfg))
     return conf
+
+
+def submit_keys(cfg: JobConfig) -> dict[str, str]:
+    """The job's launch choices a spark-submit applies (:func:`~airflow_provider_kappa.backfill.submit_args.submit_args`
+    reads and drops them; they never reach the job): ``spark.kappa.submit.deploy_mode``,
+    ``.python_archive``, ``.env.<NAME>``, and ``spark.kappa.catalogs.ship=false`` for a ``job.catalogs_file``.
+
+    :param cfg: the job config.
+    """
+    out: dict[str, str] = {}
+    if cfg.job.deploy_mode:
+        out[SUBMIT_PREFIX + "deploy_mode"] = cfg.job.deploy_mode
+    if cfg.job.python_archive:
+        out[SUBMIT_PREFIX + "python_archive"] = cfg.job.python_archive
+    out.update({f"{SUBMIT_PREFIX}env.{k}": v for k, v in cfg.job.env.items()})
+    if cfg.job.catalogs_file:
+        out[CATALOGS_SHIP] = "false"
+    return out
 
 
 def source_conf(
@@ -160,6 +186,10 @@ def slice_conf(cfg: JobConfig, run: SliceRun, catalogs_file: str | Path) -> dict
             PREFIX + "backfill.id": run.backfill_id,
         }
     )
+    if run.epoch is not None:
+        conf[PREFIX + "epoch"] = run.epoch
+    if run.ledger is not None:
+        conf[PREFIX + "ledger"] = run.ledger
     if run.continued:
         # Live, the micro-batch after this slice's last one holds the next landing and runs
         # with the watermark that last batch advanced. availableNow would instead end on a

@@ -46,6 +46,11 @@ TIMESTAMP_PATTERN = (
 _TIMESTAMP_FORM = "ISO-8601 timestamp with an offset, e.g. 2026-11-01T00:00:00+00:00"
 _DURATION_FORMS = "duration: 30s, 15min, 1h, 2d or ISO-8601 (PT15M)"
 
+#: The trigger form's section of each :attr:`Param.section` (Airflow Params' ``section``): the
+#: basic fields stay in the form's first section, open when the form opens (Airflow names it
+#: "Run Parameters"; a named section would start collapsed), the advanced ones in a collapsed one.
+FORM_SECTIONS: dict[str, str | None] = {"basic": None, "advanced": "Advanced"}
+
 Kind = Literal["timestamp", "duration", "sources", "enum", "bool", "number"]
 #: A default from the job config and the values parsed so far (empty for the form's default).
 Default = Callable[[JobConfig, Mapping[str, Any]], Any]
@@ -70,6 +75,7 @@ class Param:
     :param choices: an enum's values.
     :param bounds: a number's minimum and maximum.
     :param unit: what a number is, for messages (``percentage``).
+    :param title: the field's label in the trigger form (default: the name in words).
     """
 
     name: str
@@ -86,6 +92,12 @@ class Param:
     choices: tuple[str, ...] = ()
     bounds: tuple[float, float] = (0, 0)
     unit: str = ""
+    title: str = ""
+
+    @property
+    def label(self) -> str:
+        """The field's label in the trigger form: :attr:`title`, else the name in words."""
+        return self.title or self.name.replace("_", " ").capitalize()
 
     @property
     def required(self) -> bool:
@@ -112,10 +124,17 @@ class Param:
         return "true or false"
 
     def description(self) -> str:
-        """The form's description of the field (the form shows choices, booleans and sources itself)."""
-        value = f"; {self.value_doc()}" if self.kind in ("timestamp", "duration", "number") else ""
+        """The form's help text of the field (the form shows choices, booleans and sources itself;
+        a timestamp has a date-time picker, whose value is sent as UTC)."""
+        if self.kind == "timestamp":
+            value = (
+                "; pick a date and time (sent in UTC); in a run's conf (REST API, airflow dags trigger), "
+                "an RFC 3339 timestamp with an offset, e.g. 2026-11-01T00:00:00+00:00"
+            )
+        else:
+            value = f"; {self.value_doc()}" if self.kind in ("duration", "number") else ""
         empty = f" (empty: {self.default_doc})" if self.nullable else ""
-        return f"{self.help}{value}{empty}."
+        return f"{self.help}{value}{empty}. Run conf key: {self.name}."
 
     def cli_help(self) -> str:
         """The argparse help of the flag."""
@@ -175,7 +194,9 @@ class Param:
         """The JSON schema of the Airflow Param, with its default, title and description."""
         out: dict[str, Any] = {} if self.default is None else {"default": self.dump(self.default(cfg, {}))}
         if self.kind == "timestamp":
-            out.update(type="string", pattern=TIMESTAMP_PATTERN)
+            # format date-time: Airflow's form draws a date-time picker (it sends the picked
+            # instant in UTC, e.g. 2026-11-01T00:00:00.000Z) and checks RFC 3339 at trigger time
+            out.update(type="string", pattern=TIMESTAMP_PATTERN, format="date-time")
         elif self.kind == "duration":
             pattern = DURATION_PATTERN if self.allow_zero else POSITIVE_DURATION_PATTERN
             out.update(type=["null", "string"] if self.nullable else "string", pattern=pattern)
@@ -189,9 +210,9 @@ class Param:
             out.update(type="number", minimum=self.bounds[0], maximum=self.bounds[1])
         else:
             out.update(type="boolean")
-        out.update(title=self.name, description=self.description())
-        if self.section == "advanced":
-            out["section"] = "Advanced"
+        out.update(title=self.label, description=self.description())
+        if FORM_SECTIONS[self.section] is not None:
+            out["section"] = FORM_SECTIONS[self.section]
         return out
 
 
@@ -202,14 +223,15 @@ def _tail_default(cfg: JobConfig, values: Mapping[str, Any]) -> timedelta | None
 #: The backfill parameters, in form order (the CLI order of DESIGN.md is :data:`CLI_PARAMS`).
 PARAMS: tuple[Param, ...] = (
     Param("start", "--start", "timestamp", "First instant of the window to replace (inclusive)",
-          None, "required", "T", identity="start"),
+          None, "required", "T", identity="start", title="Window start"),
     Param("end", "--end", "timestamp", "End of the window to replace (exclusive, after start)",
-          None, "required", "T", identity="end"),
+          None, "required", "T", identity="end", title="Window end"),
     Param("sources", "--sources", "sources", "Job sources to read from their Iceberg candidates",
           lambda cfg, v: list(cfg.job_sources()), "all the job's sources", "a,b", identity="sources"),
     Param("slice", "--slice", "duration",
           "Slice length (one run of the unchanged job each), slices aligned to multiples of it from the epoch",
-          lambda cfg, v: cfg.backfill.slice, "backfill.slice of kappa.yaml, else 1h", "1h", "advanced", "slice"),
+          lambda cfg, v: cfg.backfill.slice, "backfill.slice of kappa.yaml, else 1h", "1h", "advanced", "slice",
+          title="Slice length"),
     Param("max_misalignment_threshold", "--max-misalignment", "duration",
           "Ingestion time one micro-batch may advance, at most the slice",
           lambda cfg, v: default_threshold(cfg, v.get("sources")),
@@ -233,14 +255,20 @@ PARAMS: tuple[Param, ...] = (
     Param("min_match", "--min-match", "number",
           "Minimum match rate of staged vs current rows; below it, nothing is published",
           lambda cfg, v: cfg.backfill.min_match, "backfill.min_match, else 0", "99.9", bounds=(0, 100),
-          unit="percentage"),
+          unit="percentage", title="Minimum match rate (%)"),
+    Param("allow_open_end", "--allow-open-end", "bool",
+          "Run when end + tail lies past the landed data, publishing only the part of the window it closes",
+          lambda cfg, v: False, "false", section="advanced"),
+    Param("ledger", "--ledger", "bool",
+          "Replay live's micro-batches from the live ledger kappa run recorded (job.ledger): exact against Kafka-live",
+          lambda cfg, v: False, "false", section="advanced", identity="ledger", title="Replay live's micro-batches"),
 )  # fmt: skip
 #: Every parameter name, in form order.
 KEYS = tuple(p.name for p in PARAMS)
 BY_NAME = {p.name: p for p in PARAMS}
 #: The parameters in the order of the CLI flags (DESIGN.md "Command line").
 CLI_PARAMS = tuple(BY_NAME[k] for k in ("start", "end", "mode", "slice", "warmup", "tail", "max_misalignment_threshold",
-                                       "sources", "dry_run", "publish", "min_match"))  # fmt: skip
+                                       "sources", "dry_run", "publish", "min_match", "allow_open_end", "ledger"))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -260,6 +288,8 @@ class BackfillParams:
     dry_run: bool
     publish: bool
     min_match: float
+    allow_open_end: bool = False
+    ledger: bool = False
 
     @property
     def read_start(self) -> datetime:
@@ -404,6 +434,11 @@ def parse_params(cfg: JobConfig, raw: Mapping[str, Any]) -> BackfillParams:
             f"[start - warmup, end + tail) = {human_duration(read_span)}; use a slice of at most "
             f"{human_duration(read_span)}"
         )
+    if params.ledger and len(cfg.sinks) != 1:
+        raise KappaConfigError(
+            f"backfill parameter ledger: true replays the live ledger of the job's query, kept per sink; job "
+            f"{cfg.job.name!r} has sinks {sorted(cfg.sinks)}: a job with exactly one sink is needed"
+        )
     return params
 
 
@@ -422,6 +457,8 @@ def backfill_id(cfg: JobConfig, params: BackfillParams) -> str:
     for p in PARAMS:
         if p.identity:
             value = getattr(params, p.name)
+            if p.kind == "bool" and not value:
+                continue  # an option left off keeps the ids backfills had before the option existed
             if p.kind == "duration":
                 identity[p.identity] = value.total_seconds()
             else:

@@ -1,35 +1,134 @@
 """What a slice run did, read from Spark's own event log (spark-submit) or the Connect runner's
 listener (Spark Connect): the same ``StreamingQueryProgress`` JSON either way.
 
-Each slice's spark-submit writes an uncompressed, non-rolling Spark event log (the format
-the Spark History Server reads) into a private folder. Structured Streaming records one
-``QueryProgressEvent`` per micro-batch there, holding each source's ``numInputRows``, the
-sink's ``numOutputRows``, ``batchDuration`` and the event-time ``watermark``. Nothing is added to the
-job: this is Spark's standard progress reporting. Pure Python.
+Each slice's spark-submit writes a Spark event log (the format the Spark History Server reads):
+to the user's ``spark.eventLog.dir`` when the job's conf or the platform's spark-defaults set one
+(so slices reach the user's history server), else, uncompressed and non-rolling, into a private
+folder. Structured Streaming records one ``QueryProgressEvent`` per micro-batch there, holding each
+source's ``numInputRows``, the sink's ``numOutputRows``, ``batchDuration`` and the event-time
+``watermark``. Nothing is added to the job: this is Spark's standard progress reporting. From the
+user's folder, :func:`collect_progress` finds the run's log by its ``spark.kappa.run.id`` and copies
+its progress records into the private folder, where :func:`read_progress` reads them either way.
+Pure Python (plain, rolling and zstd-compressed logs; a folder on a remote file system through pyarrow).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 PROGRESS_EVENT = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent"
+RUN_ID = "spark.kappa.run.id"
 _NO_WATERMARK = "1970-01-01T00:00:00.000Z"
 
 
+PROGRESS_DIR = "spark.kappa.progress.dir"
+"""Where a run's progress is read from (kappa's private folder): the event log goes there unless the
+user sets ``spark.eventLog.dir`` (:func:`airflow_provider_kappa.backfill.submit_args.submit_args`)."""
+
+
 def event_log_conf(folder: str | Path) -> dict[str, str]:
-    """Spark conf that writes a plain JSON-lines event log into ``folder``.
+    """Spark conf naming ``folder`` as the run's progress folder: the event log (plain JSON lines) is
+    written there unless the job's conf or spark-defaults set ``spark.eventLog.dir``; then
+    :func:`collect_progress` copies the run's progress records there after the run.
 
     :param folder: a local folder (created by the caller).
     """
-    return {
-        "spark.eventLog.enabled": "true",
-        "spark.eventLog.dir": Path(folder).resolve().as_uri(),
-        "spark.eventLog.compress": "false",
-        "spark.eventLog.rolling.enabled": "false",
-    }
+    return {PROGRESS_DIR: Path(folder).resolve().as_uri()}
+
+
+def _filesystem(uri: str) -> tuple[Any, str]:
+    """A pyarrow file system and the path in it for an event-log folder URI (``file:``, a plain path,
+    ``hdfs://``, ``s3a://``, ``gs://``, ``abfs://`` ...)."""
+    from pyarrow import fs
+
+    if "://" not in uri and not uri.startswith("file:"):
+        return fs.LocalFileSystem(), str(Path(uri).resolve())
+    if uri.startswith("file:"):
+        return fs.LocalFileSystem(), "/" + uri.removeprefix("file:").lstrip("/")
+    scheme, rest = uri.split("://", 1)
+    scheme = {"s3a": "s3", "s3n": "s3"}.get(scheme, scheme)
+    return fs.FileSystem.from_uri(f"{scheme}://{rest}")  # type: ignore[no-any-return]
+
+
+_HEAD_BYTES = 8 << 20  # the environment event, with the run id, is among a log's first events
+
+
+def _codec(path: str) -> str | None:
+    ext = path.rsplit("/", 1)[-1].rsplit(".", 1)[-1] if "." in path.rsplit("/", 1)[-1] else ""
+    if ext in ("lz4", "snappy", "lzf"):
+        raise ValueError(f"{path}: event log compressed with {ext}; readable: plain or zstd")
+    return "zstd" if ext == "zstd" else None
+
+
+def _read(filesystem: Any, path: str, limit: int | None = None) -> str:
+    """The text of one event-log file (plain, or zstd: Spark 4's default codec), or its first ``limit`` bytes."""
+    codec = _codec(path)
+    with filesystem.open_input_stream(path, compression=None) as raw:  # no guess from the extension
+        if codec == "zstd":
+            import zstandard
+
+            with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+                data = reader.read(limit) if limit else reader.readall()
+        else:
+            data = raw.read(limit) if limit else raw.read()
+    return bytes(data).decode("utf-8", errors="replace")
+
+
+def collect_progress(event_log_dir: str, run_id: str, into: str | Path, since: float) -> int:
+    """Copy the progress records of run ``run_id`` from the user's event-log folder into ``into``
+    (where :func:`read_progress` reads them); the run's log is the one, modified after ``since``, whose
+    Spark properties hold ``spark.kappa.run.id = run_id``. Rolling logs (``eventlog_v2_*`` folders) included.
+
+    :param event_log_dir: the run's ``spark.eventLog.dir``.
+    :param run_id: the run's ``spark.kappa.run.id``.
+    :param into: the private progress folder (a path or ``file:`` URI).
+    :param since: the run's start (epoch seconds): older logs are not read.
+    :returns: how many progress records were copied.
+    :raises OSError: the folder cannot be listed or a log cannot be read from here.
+    :raises ValueError: the run's log is compressed with a codec other than zstd.
+    """
+    from pyarrow import fs
+
+    filesystem, root = _filesystem(event_log_dir)
+    target = Path(str(into).removeprefix("file://"))
+    infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
+    files = sorted(
+        (i for i in infos if i.type == fs.FileType.File and not i.base_name.startswith(".")
+         and (i.mtime is None or i.mtime.timestamp() >= since - 5)),
+        key=lambda i: i.path,
+    )  # fmt: skip
+    marker = f'"{RUN_ID}":"{run_id}"'
+    logs: dict[str, list[tuple[int, str]]] = {}  # one log (a file, or a rolling log's folder) -> its parts
+    for info in files:
+        rolling = "/eventlog_v2_" in info.path
+        run = info.path.rsplit("/", 2)[-2] if rolling else info.base_name.split(".")[0]
+        index = int(re.sub(r"^events_(\d+)_.*", r"\1", info.base_name)) if rolling and info.base_name.startswith("events_") else 0
+        logs.setdefault(run, []).append((index, info.path))
+    count, found, unreadable = 0, False, []
+    for run, parts in logs.items():
+        parts.sort()
+        first = next((path for index, path in parts if index > 0 or len(parts) == 1), parts[0][1])
+        try:
+            head = _read(filesystem, first, _HEAD_BYTES)
+        except ValueError as e:
+            unreadable.append(str(e))  # maybe another application's log: an error only if ours is not found
+            continue
+        if marker not in head.replace(" ", ""):
+            continue  # another application's log: only its head was read
+        found = True
+        progress = [
+            line for _, path in parts for line in _read(filesystem, path).splitlines() if PROGRESS_EVENT in line
+        ]
+        target.mkdir(parents=True, exist_ok=True)
+        (target / run).write_text("\n".join(progress) + ("\n" if progress else ""), encoding="utf-8")
+        count += len(progress)
+    if not found and unreadable:
+        raise ValueError(f"run {run_id} not found in {event_log_dir}; unreadable: {'; '.join(unreadable)}")
+    return count
 
 
 @dataclass

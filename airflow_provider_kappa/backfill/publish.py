@@ -98,6 +98,7 @@ def publish_window(
     *,
     max_attempts: int = 5,
     snapshot_properties: Mapping[str, str] | None = None,
+    drop_until: datetime | None = None,
 ) -> PublishResult:
     """Replace the target's rows with ``time_column`` in ``[start, end)`` by the staged rows,
     committing the staging tables' data files by reference.
@@ -110,6 +111,9 @@ def publish_window(
     :param end: window end (aware).
     :param max_attempts: commits tried when other writers commit concurrently.
     :param snapshot_properties: extra properties for the snapshot summaries (e.g. the backfill id).
+    :param drop_until: the end of the window the backfill owns when ``end`` clips it (a window
+        past the landed data, ``allow_open_end``): staged rows in ``[end, drop_until)`` are left
+        out (their staging tables' rows are written again, filtered), not refused.
     :raises KappaSinkError: when a table is missing, staged rows fall outside the window,
         or the commit still conflicts after ``max_attempts``.
     """
@@ -119,7 +123,7 @@ def publish_window(
         table = catalog.load_table(target_table)
     except NoSuchTableError as e:
         raise KappaSinkError(f"publish: target table {target_table!r} does not exist in catalog {catalog.name!r}") from e
-    staged = staged_files(catalog, staging, table, time_column, start, end)
+    staged = staged_files(catalog, staging, table, time_column, start, end, drop_until=drop_until)
     props = {STAGING_PROPERTY: ",".join(staging)[:2000], **(snapshot_properties or {})}
     return _commit_window(table, staged, time_column, start, end, max_attempts=max_attempts, snapshot_properties=props)
 
@@ -201,18 +205,29 @@ class _Staged:
 
 
 def staged_files(
-    catalog: Catalog, staging: Iterable[str], table: Table, time_column: str, start: datetime, end: datetime
+    catalog: Catalog,
+    staging: Iterable[str],
+    table: Table,
+    time_column: str,
+    start: datetime,
+    end: datetime,
+    *,
+    drop_until: datetime | None = None,
 ) -> _Staged:
     """The staging tables' data files to publish into ``table``, after checking that no staged
     row falls outside the window (only files whose metrics do not prove it are read, and only
     their ``time_column``).
 
+    :param drop_until: staged rows in ``[end, drop_until)`` are left out rather than refused
+        (see :func:`publish_window`).
     :raises KappaSinkError: for a missing staging table or staged rows outside the window.
     """
     from pyiceberg.exceptions import NoSuchTableError
 
     lo, hi = parse_timestamp(start, "window start"), parse_timestamp(end, "window end")
-    outside_filter = _outside(window_filter(table.schema(), time_column, lo, hi), time_column)
+    owned = parse_timestamp(drop_until, "window owned end") if drop_until is not None and drop_until > hi else hi
+    outside_filter = _outside(window_filter(table.schema(), time_column, lo, owned), time_column)
+    dropped = window_filter(table.schema(), time_column, hi, owned) if owned > hi else None
     staged = _Staged()
     outside = 0
     for identifier in staging:
@@ -223,7 +238,12 @@ def staged_files(
         if time_column not in source.schema().column_names:
             raise KappaSinkError(f"staging table {identifier!r} has no column {time_column!r}, unlike the target")
         for batch in table_batches(source, plan(source, outside_filter), columns=[time_column]):
-            outside += batch.num_rows - int(_count_true(in_window_mask(batch, time_column, lo, hi)))
+            outside += batch.num_rows - int(_count_true(in_window_mask(batch, time_column, lo, owned)))
+        if dropped is not None and _has_rows(source, dropped, time_column, hi, owned):
+            schema = plain_schema(table)  # its rows in [start, end) only, written again as target files
+            rows = source.scan(row_filter=window_filter(table.schema(), time_column, lo, hi)).to_arrow()
+            staged.rows.append(rows.select(schema.names).cast(schema))
+            continue
         tasks = plan(source)
         if any(task.delete_files for task in tasks) or not _same_layout(source, table):
             staged.rewrite.append(source)
@@ -231,6 +251,15 @@ def staged_files(
             staged.by_reference.append((source, [task.file for task in tasks]))
     _refuse_outside(outside, time_column, lo, hi)
     return staged
+
+
+def _has_rows(source: Table, row_filter: BooleanExpression, time_column: str, lo: datetime, hi: datetime) -> bool:
+    """Whether ``source`` holds a row with ``time_column`` in ``[lo, hi)`` (files whose metrics
+    exclude it are not read; the others, only their ``time_column``)."""
+    for batch in table_batches(source, plan(source, row_filter), columns=[time_column]):
+        if _count_true(in_window_mask(batch, time_column, lo, hi)):
+            return True
+    return False
 
 
 def _outside(window: BooleanExpression, time_column: str) -> BooleanExpression:

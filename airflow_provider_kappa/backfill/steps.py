@@ -26,12 +26,18 @@ from typing import Any, Callable, Mapping
 from airflow_provider_kappa.backfill.catalogs import CatalogFor, job_catalogs
 from airflow_provider_kappa.backfill.checkpoints import CheckpointStore, backfill_root
 from airflow_provider_kappa.backfill.config import SUBMIT, IcebergSinkConfig, IcebergSourceConfig, JobConfig
-from airflow_provider_kappa.exceptions import KappaSourceError
+from airflow_provider_kappa.backfill.processes import private_folder
+from airflow_provider_kappa.exceptions import KappaEngineError, KappaSourceError
 from airflow_provider_kappa.backfill.params import SEQUENTIAL, BackfillParams, backfill_id, parse_params
 from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan, plan_backfill, slice_id
 from airflow_provider_kappa.timeparse import to_micros
 
 log = logging.getLogger(__name__)
+
+
+def tag_name(backfill_id: str) -> str:
+    """``kappa-<backfill_id>``: the Iceberg tag pinning a backfill's source snapshots."""
+    return f"kappa-{backfill_id}"
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ class Backfill:
     @property
     def tag(self) -> str:
         """Name of the Iceberg tag pinning the source snapshots."""
-        return f"kappa-{self.id}"
+        return tag_name(self.id)
 
     def sources(self) -> dict[str, IcebergSourceConfig]:
         """Job source name -> the iceberg candidate the backfill reads."""
@@ -87,8 +93,9 @@ class Backfill:
         return staging_table_name(sink.table, self.id, slice_id, self.cfg.job.staging_namespace)
 
     def staging_tables(self, sink: IcebergSinkConfig, plan: BackfillPlan) -> list[str]:
-        """Staging tables of ``sink`` for every slice of ``plan``, in slice order."""
-        return [self.staging_table(sink, s.slice_id) for s in plan.slices]
+        """Staging tables of ``sink`` for every slice of ``plan`` that reads data, in slice order
+        (an empty slice creates none: validate and publish count it as zero rows)."""
+        return [self.staging_table(sink, s.slice_id) for s in plan.slices if not slice_is_empty(s)]
 
 
 # --------------------------------------------------------------------------- lock (see lock.py)
@@ -188,6 +195,7 @@ def run_slice(
     spark_conn_id: str | None = None,
     submit_fn: Callable[..., None] | None = None,
     connect_url: str | None = None,
+    extra_conf: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run one slice: clear its staging tables, prepare its checkpoint (sequential: restore the
     checkpoint kept at its start; parallel: a fresh one), run the job's unchanged application
@@ -205,6 +213,9 @@ def run_slice(
     :param connect_url: the Spark Connect server of the connect engine (default: ``job.connect``,
         else the kappa-owned server of the backfill's state file (:func:`connect_state_file`),
         restarted if it is gone, else a local server for this slice alone).
+    :param extra_conf: more Spark conf of the run, below the slice's own keys (the operator's
+        OpenLineage parent job keys, ``spark.openlineage.*``; a Spark Connect session cannot set
+        them: the server's own values apply).
     :returns: the run's metrics (:class:`~airflow_provider_kappa.backfill.progress.SliceMetrics` as a dict)
         with ``slice_id``.
     """
@@ -220,11 +231,18 @@ def run_slice(
         )
     store = bf.store()
     nxt = next_slice_id(sp)
-    checkpoint = store.start_sequential(sp.slice_id, sp.index, nxt) if sp.mode == SEQUENTIAL else store.start_parallel(sp.slice_id)
+    _stop_previous_session(bf, sp, connect_url)
+    # a new epoch first: from here on an older attempt still running commits nothing and keeps no checkpoint
+    epoch = store.new_epoch(sp.slice_id)
+    if sp.mode == SEQUENTIAL:
+        checkpoint = store.start_sequential(sp.slice_id, sp.index, nxt, epoch)
+    else:
+        checkpoint = store.start_parallel(sp.slice_id, epoch)
     staging = {}
     for name, sink in bf.cfg.sinks.items():
         staging[name] = bf.staging_table(sink, sp.slice_id)
-        clear_slice(bf.catalog_for(sink.catalog), sink.table, staging[name])
+        if not slice_is_empty(sp):  # an empty slice stages nothing: it gets no staging table (see staging_tables)
+            clear_slice(bf.catalog_for(sink.catalog), sink.table, staging[name], epoch)
     run = SliceRun(
         backfill_id=bf.id,
         slice_id=sp.slice_id,
@@ -238,9 +256,11 @@ def run_slice(
         checkpoint=checkpoint,
         sources=bf.params.sources,
         continued=sp.continued,
+        epoch=epoch,
+        ledger=bf.cfg.job.ledger if bf.params.ledger else None,
     )
     if slice_is_empty(sp):
-        return _skip_slice(bf, sp, store, nxt)
+        return _skip_slice(bf, sp, store, nxt, epoch)
     run = replace(run, file_lists=write_file_lists(bf, sp))
     catalogs = sorted({s.catalog for s in bf.sources().values()} | {k.catalog for k in bf.cfg.sinks.values()})
     log.info(
@@ -248,36 +268,40 @@ def run_slice(
         sp.slice_id, sp.index + 1, sp.count, sp.mode, sp.read_start.isoformat(), sp.read_end.isoformat(),
         sp.owns_start.isoformat(), sp.owns_end.isoformat(), checkpoint, sorted(staging.values()),
     )  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix=f"kappa-{sp.slice_id}-") as work:
-        private = Path(work)
+    with private_folder(sp.slice_id) as private:
         catalogs_file = write_catalogs_file(bf.cfg, private / "catalogs.json", catalogs)
-        conf = slice_conf(bf.cfg, run, catalogs_file)
+        conf = {**(extra_conf or {}), **slice_conf(bf.cfg, run, catalogs_file)}
         name = f"kappa-{bf.cfg.job.name}-{bf.id}-{sp.slice_id}"
         began = time.monotonic()
-        if submit_fn is not None or bf.cfg.job.engine == SUBMIT:
-            events = private / "eventlog"
-            events.mkdir()
-            conf.update(event_log_conf(events))
-            (submit_fn or submit)(
-                bf.cfg.job.application,
-                conf,
-                properties_file=private / "spark.properties",
-                name=name,
-                master=bf.cfg.job.master,
-                conn_id=spark_conn_id,
-                class_data_sharing=bf.cfg.job.class_data_sharing,
-            )
-            progress = read_progress(events)
-        else:
-            progress = _run_on_connect(bf, conf, private, name, connect_url)
+        try:
+            if submit_fn is not None or bf.cfg.job.engine == SUBMIT:
+                events = private / "eventlog"
+                events.mkdir()
+                conf.update(event_log_conf(events))
+                (submit_fn or submit)(
+                    bf.cfg.job.application,
+                    conf,
+                    properties_file=private / "spark.properties",
+                    name=name,
+                    master=bf.cfg.job.master,
+                    conn_id=spark_conn_id,
+                    class_data_sharing=bf.cfg.job.class_data_sharing,
+                )
+                progress = read_progress(events)
+            else:
+                progress = _run_on_connect(bf, conf, private, name, connect_url, (sp.slice_id, epoch))
+        except Exception as e:
+            store.check_epoch(sp.slice_id, epoch, cause=e)  # a run that failed because it was superseded says so
+            raise
         seconds = time.monotonic() - began
     metrics = summarize(progress, seconds)
+    store.check_epoch(sp.slice_id, epoch)
     store.record_progress(sp.slice_id, progress)
     result = {"slice_id": sp.slice_id, **metrics.to_dict()}
     if sp.mode == SEQUENTIAL:
-        store.finish_sequential(sp.slice_id, nxt, result)
+        store.finish_sequential(sp.slice_id, nxt, result, epoch)
     else:
-        store.finish_parallel(sp.slice_id, result)
+        store.finish_parallel(sp.slice_id, result, epoch)
     log.info("slice %s done: %s", sp.slice_id, metrics.to_text())
     return result
 
@@ -286,30 +310,69 @@ def connect_state_file(bf: Backfill) -> Path:
     """The state file of the Spark Connect server kappa owns for ``bf`` (see
     :class:`~airflow_provider_kappa.backfill.connect.LocalConnectServer`): in the backfill's
     checkpoint folder when local, else in a temporary folder of this machine."""
-    root = bf.store().root
+    return connect_state_path(bf.store().root, bf.id)
+
+
+def connect_state_path(root: str, backfill_id: str) -> Path:
+    """:func:`connect_state_file` of the backfill ``backfill_id`` whose checkpoint folder is ``root``."""
     if "://" in root and not root.startswith("file://"):
-        return Path(tempfile.gettempdir()) / "kappa-connect" / bf.id / "server.json"
+        return Path(tempfile.gettempdir()) / "kappa-connect" / backfill_id / "server.json"
     return Path(root.removeprefix("file://")) / "connect" / "server.json"
 
 
-def _run_on_connect(bf: Backfill, conf: dict[str, str], private: Path, name: str, url: str | None) -> list[dict[str, Any]]:
-    """One slice run as a Spark Connect session; see :func:`run_slice` for where the server comes from."""
+def _run_on_connect(
+    bf: Backfill, conf: dict[str, str], private: Path, name: str, url: str | None, attempt: tuple[str, str]
+) -> list[dict[str, Any]]:
+    """One slice run as a Spark Connect session; see :func:`run_slice` for where the server comes from.
+    ``attempt`` is ``(slice_id, epoch)``: the session is recorded with it (:func:`_stop_previous_session`)."""
+    import uuid
+
     from airflow_provider_kappa.backfill import connect
 
     state_file = connect_state_file(bf)
     url = url or connect.configured_url(bf.cfg)
     if url is None and state_file.is_file():
         url = connect.ensure_server(bf.cfg, state_file).url
+    session_id = str(uuid.uuid4())
     if url is None:
-        with connect.LocalConnectServer(bf.cfg, private / "server") as server:
+        with connect.LocalConnectServer(bf.cfg, private / "server", die_with_parent=True) as server:
             return connect.run_application(
-                bf.cfg.job.application, conf, url=server.url, work=private, name=name, server_alive=server.alive, owned=True
-            )
+                bf.cfg.job.application, conf, url=server.url, work=private, name=name, server_alive=server.alive,
+                owned=True, session_id=session_id,
+            )  # fmt: skip
+    bf.store().record_session(*attempt, {"server": connect.redact_url(url), "session_id": session_id})
     state = connect.read_state(state_file)
     owned = state is not None and state.url == url
     return connect.run_application(
-        bf.cfg.job.application, conf, url=url, work=private, name=name, server_alive=state.alive if owned and state else None, owned=owned
-    )
+        bf.cfg.job.application, conf, url=url, work=private, name=name, server_alive=state.alive if owned and state else None,
+        owned=owned, session_id=session_id,
+    )  # fmt: skip
+
+
+def _stop_previous_session(bf: Backfill, sp: SlicePlan, url: str | None) -> None:
+    """Before a new attempt of ``sp`` on the connect engine: release the Spark Connect session of the
+    slice's previous attempt if it ran on the same server (its runner may have been killed, leaving
+    its query running inside the server). The epoch fence refuses that query's commits anyway; this
+    stops it from spending the server's cores."""
+    if bf.cfg.job.engine == SUBMIT:
+        return
+    from airflow_provider_kappa.backfill import connect
+
+    previous = bf.store().session(sp.slice_id)
+    if not previous:
+        return
+    url = url or connect.configured_url(bf.cfg)
+    if url is None:
+        state = connect.read_state(connect_state_file(bf))
+        url = state.url if state is not None and state.alive() else None
+    if url is None or connect.redact_url(url) != previous.get("server"):
+        return
+    try:
+        connect.stop_session(url, str(previous["session_id"]))
+    except KappaEngineError as e:
+        # Not fatal on purpose: the epoch taken next fences that session's query out whatever it
+        # does; the retry must not fail because an old session could not be reached.
+        log.warning("slice %s: the previous attempt's Spark Connect session was not stopped: %s", sp.slice_id, e)
 
 
 def write_file_lists(bf: Backfill, sp: SlicePlan) -> dict[str, str]:
@@ -375,21 +438,21 @@ def slice_is_empty(sp: SlicePlan) -> bool:
     return bool(sp.stats) and all(s.files == 0 for s in sp.stats)
 
 
-def _skip_slice(bf: Backfill, sp: SlicePlan, store: CheckpointStore, nxt: str | None) -> dict[str, Any]:
+def _skip_slice(bf: Backfill, sp: SlicePlan, store: CheckpointStore, nxt: str | None, epoch: str) -> dict[str, Any]:
     """Record an empty slice done without a spark-submit.
 
     A run over no input commits no micro-batch: the checkpoint and the staged output would be
     left as they are. So, sequential: the checkpoint restored at the slice's start is kept as
-    the next slice's start; parallel: nothing. Its (cleared) staging tables stay empty.
+    the next slice's start; parallel: nothing. It has no staging table (:meth:`Backfill.staging_tables`).
     """
     from airflow_provider_kappa.backfill.progress import SliceMetrics
 
     store.record_progress(sp.slice_id, [])
     result = {"slice_id": sp.slice_id, **SliceMetrics().to_dict(), "skipped": True}
     if sp.mode == SEQUENTIAL:
-        store.finish_sequential(sp.slice_id, nxt, result)
+        store.finish_sequential(sp.slice_id, nxt, result, epoch)
     else:
-        store.finish_parallel(sp.slice_id, result)
+        store.finish_parallel(sp.slice_id, result, epoch)
     log.info(
         "slice %s (%d/%d, %s): skipped, no source has data in its read range [%s, %s); recorded done with 0 rows",
         sp.slice_id, sp.index + 1, sp.count, sp.mode, sp.read_start.isoformat(), sp.read_end.isoformat(),

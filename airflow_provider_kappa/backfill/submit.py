@@ -1,18 +1,36 @@
 """Launch one run of the job's unchanged application with spark-submit (SparkSubmitHook).
 
-The whole ``spark.*`` conf goes to a properties file readable by its owner only, so the
-command line shows only the application and that path. Outside an Airflow deployment
+The whole ``spark.*`` conf, the platform's ``spark-defaults.conf`` merged in, goes to a properties
+file readable by its owner only, so the command line shows only the master, the deploy mode, the
+application and that path. What goes where per master and deploy mode (Python, environment, the
+shipped catalogs file, event logs) is decided by the pure
+:func:`~airflow_provider_kappa.backfill.submit_args.submit_args`. Outside an Airflow deployment
 (the CLI) the Spark connection is an in-process one whose host is the job's master.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from airflow_provider_kappa.backfill.progress import PROGRESS_DIR, RUN_ID, collect_progress
+from airflow_provider_kappa.backfill.submit_args import (
+    DRIVER_PYTHON,
+    PYTHON,
+    SUBMIT_PREFIX,
+    read_spark_defaults,
+    spark_defaults_path,
+    submit_args,
+)
+
+log = logging.getLogger(__name__)
 
 LOCAL_CONN_ID = "kappa_local_spark"
 
@@ -37,8 +55,10 @@ def _escape(value: str) -> str:
 
 
 def spark_env() -> dict[str, str]:
-    """Environment every Spark process needs here: this interpreter for Python workers,
-    loopback for Spark's own addresses, and this venv's ``bin`` (spark-submit) first."""
+    """Environment of a Spark process kappa runs on this machine with a local master (a local Spark
+    Connect server): this interpreter for Python workers, loopback for Spark's own addresses, and
+    this venv's ``bin`` (spark-submit) first. spark-submit's own comes from
+    :func:`~airflow_provider_kappa.backfill.submit_args.submit_args`."""
     venv_bin = str(Path(sys.executable).parent)
     return {
         "PYSPARK_PYTHON": sys.executable,
@@ -57,6 +77,7 @@ def submit(
     master: str | None = None,
     conn_id: str | None = None,
     class_data_sharing: bool = True,
+    application_args: Sequence[str] = (),
 ) -> None:
     """Run ``application`` once with spark-submit and wait for it; raise if it fails.
 
@@ -68,59 +89,109 @@ def submit(
     :param conn_id: an Airflow Spark connection; its master wins over ``master``.
     :param class_data_sharing: map (or, on a machine's first run, write) the driver JVM's
         class archive (:mod:`airflow_provider_kappa.backfill.class_data_sharing`; ``job.class_data_sharing``).
+    :param application_args: arguments of the application.
     """
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    if not Path(application).is_file():
+    application, properties_file = Path(application).resolve(), Path(properties_file).resolve()
+    if not application.is_file():
         from airflow_provider_kappa.exceptions import KappaConfigError
 
         raise KappaConfigError(f"job.application: {str(application)!r} does not exist")
-    env = spark_env()
     if conn_id is None:
         conn_id = LOCAL_CONN_ID
         os.environ[f"AIRFLOW_CONN_{LOCAL_CONN_ID.upper()}"] = json.dumps(
             {"conn_type": "spark", "host": master or "local[*]"}
         )
-    os.environ["PATH"] = env["PATH"]
-    hook = SparkSubmitHook(conn_id=conn_id, name=name, properties_file=str(properties_file), env_vars=env)
+    # The job's deploy mode (job.deploy_mode) wins over the connection's deploy-mode extra.
+    hook = SparkSubmitHook(
+        conn_id=conn_id,
+        name=name,
+        properties_file=str(properties_file),
+        deploy_mode=conf.get(SUBMIT_PREFIX + "deploy_mode"),
+        application_args=list(application_args) or None,
+    )
+    connection = hook._connection  # the resolved connection: master and deploy mode (no public accessor)
+    run_id = uuid.uuid4().hex
+    args = submit_args(
+        {**conf, RUN_ID: run_id},
+        master=connection["master"],
+        python=sys.executable,
+        deploy_mode=connection.get("deploy_mode"),
+        defaults=read_spark_defaults(spark_defaults_path()),
+        venv_bin=str(Path(sys.executable).parent),
+    )
+    log.info(
+        "spark-submit %s: master %s, deploy mode %s, driver Python %s, executor Python %s, shipped %s, event log %s",
+        name, args.master, args.deploy_mode, args.conf.get(DRIVER_PYTHON, "(platform's)"),
+        args.conf.get(PYTHON, "(platform's)"), args.shipped or "nothing", args.event_log_dir or "off",
+    )  # fmt: skip
     sharing = None
     if class_data_sharing:
         from airflow_provider_kappa.backfill.class_data_sharing import plan
 
-        connection = hook._connection  # the resolved connection: deploy mode and Spark home
-        sharing = plan(
-            conf,
-            driver_on_cluster=connection.get("deploy_mode") == "cluster",
-            home=Path(connection["spark_home"]) if connection.get("spark_home") else None,
-        )
-    write_properties_file(sharing.conf if sharing else conf, properties_file)
+        sharing = plan(args.conf, driver_on_cluster=args.deploy_mode == "cluster")
+    write_properties_file(sharing.conf if sharing else args.conf, properties_file)
+    popen: dict[str, Any] = {"env": {**os.environ, **args.local_env}}
+    if args.driver_links:  # the driver's working directory: a private folder holding the links it needs
+        cwd = Path(properties_file).resolve().parent / "driver"
+        cwd.mkdir(mode=0o700, exist_ok=True)
+        for link, target in args.driver_links.items():
+            (cwd / link).unlink(missing_ok=True)
+            (cwd / link).symlink_to(target, target_is_directory=True)
+        popen["cwd"] = str(cwd)
+    from airflow_provider_kappa.backfill.processes import RUNNING, child_options
+
+    began = time.time()
     try:
-        hook.submit(application=str(application))
-    except BaseException as e:
-        if isinstance(e, KeyboardInterrupt):  # Ctrl-C, or SIGTERM turned into it (kappa land)
-            stop_submit(hook)
+        # own process group, SIGKILLed by the kernel if this process dies (backfill/processes.py)
+        with RUNNING.run(f"spark-submit {name}", lambda: stop_submit(hook)):
+            hook.submit(application=str(application), **popen, **child_options())
+    except BaseException:
+        stop_submit(hook)  # Ctrl-C, SIGTERM turned into it (kappa land), a task timeout: no orphan left
         if sharing:
             sharing.abandon()
         raise
     if sharing:
         sharing.keep()
+    if args.user_event_log and args.event_log_dir and PROGRESS_DIR in conf:
+        _collect(args.event_log_dir, run_id, conf[PROGRESS_DIR], began)
+
+
+def _collect(event_log_dir: str, run_id: str, into: str, began: float) -> None:
+    """Copy the run's progress from the user's event-log folder into kappa's progress folder; a folder
+    this machine cannot read leaves the slice's metrics empty (the run itself succeeded), said in the log."""
+    try:
+        count = collect_progress(event_log_dir, run_id, into, began)
+    except (OSError, ValueError, ImportError) as e:
+        log.warning(
+            "the run's progress is in %s (spark.eventLog.dir), which cannot be read from here (%s: %s): "
+            "its metrics show no rows; see it in your Spark History Server", event_log_dir, type(e).__name__, e,
+        )  # fmt: skip
+        return
+    if count == 0:
+        log.warning("run %s recorded no streaming progress in %s (spark.eventLog.dir): its metrics show no rows", run_id, event_log_dir)
 
 
 def stop_submit(hook: Any, timeout: float = 60.0) -> None:
     """Stop a running spark-submit of ``hook`` cleanly: SIGTERM (its JVM runs Spark's shutdown hooks),
-    SIGKILL after ``timeout`` seconds. A stop between an Iceberg commit and Spark's checkpoint commit
-    loses nothing: the sink skips the replayed micro-batch on restart.
+    then, once it ended or after ``timeout`` seconds, SIGKILL to its whole process group (the JVM if
+    still there, and the job's Python driver and workers left). A stop between an Iceberg commit and Spark's
+    checkpoint commit loses nothing: the sink skips the replayed micro-batch on restart.
 
     :param hook: the ``SparkSubmitHook`` whose process to stop.
     """
-    # SparkSubmitHook's public on_kill() SIGKILLs the spark-submit at once; a graceful stop needs
-    # SIGTERM first, so this reads the hook's process handle (private, no public accessor).
+    from airflow_provider_kappa.backfill.processes import stop_process_group
+
+    # SparkSubmitHook's public on_kill() SIGKILLs the spark-submit alone at once; a graceful stop of
+    # the whole tree needs SIGTERM first and its process group after, so this reads the hook's
+    # process handle (private, no public accessor).
     proc = getattr(hook, "_submit_sp", None)
     if proc is None or proc.poll() is not None:
         return
-    proc.terminate()
+    stop_process_group(proc.pid, timeout)
     try:
-        proc.wait(timeout=timeout)
+        proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()

@@ -17,8 +17,16 @@ count so that one partition holds about ``partition_bytes``. Identical rows alwa
 the same partition, so the partitions are then compared one at a time with an exact pyarrow
 ``group_by`` over the full rows (hashes only route rows; equality is decided on the values):
 the numbers are those of one ``group_by`` over the whole window, and the differing rows of
-the samples are real rows. Counts per hour and rows outside the window are summed batch by
-batch. Peak memory: a few batches, one partition and its ``group_by``, whatever the window.
+the samples are real rows. Counts per hour, counts per output window (:class:`WindowCounts`)
+and rows outside the window are summed batch by batch. Peak memory: a few batches, one
+partition and its ``group_by``, whatever the window.
+
+Output windows: the distinct values of ``time_column`` are counted on both sides (a
+streaming job's window starts lie on a grid: every 5 minutes, say); the grid step is the
+greatest common divisor of their distances. When the values do not lie on a grid of at most
+:data:`MAX_WINDOWS` cells over the window, or there are more than :data:`MAX_DISTINCT` of them,
+rows are counted in round buckets instead (:func:`~airflow_provider_kappa.backfill.timeaxis.round_step`,
+about :data:`BUCKETS` of them).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from airflow_provider_kappa.backfill.row_stream import DEFAULT_BATCH_ROWS, plain_schema, plan, table_batches
+from airflow_provider_kappa.backfill.timeaxis import floor_to, format_duration_us, round_step
 from airflow_provider_kappa.exceptions import KappaSinkError, KappaValidationError
 from airflow_provider_kappa.timeparse import parse_timestamp
 
@@ -47,6 +56,12 @@ _STAGED = "__kappa_staged"
 _TARGET = "__kappa_target"
 DEFAULT_PARTITION_BYTES = 8 * 1024 * 1024
 _MAX_PARTITIONS = 512
+#: Most output windows a report keeps per sink (a week of 5-minute windows).
+MAX_WINDOWS = 2016
+#: Most distinct ``time_column`` values counted before falling back to round buckets.
+MAX_DISTINCT = 20_000
+#: About how many round buckets cover the window when its values lie on no usable grid.
+BUCKETS = 144
 
 
 @dataclass
@@ -56,6 +71,30 @@ class HourCounts:
     hour: str
     staged: int
     target: int
+
+
+@dataclass
+class WindowCounts:
+    """Rows per output window on both sides: ``staged[i]`` and ``target[i]`` rows have
+    ``time_column`` in ``[first + i * step, first + (i + 1) * step)``; ``only_staged[i]`` and
+    ``only_target[i]`` of them are on that side only (the multiset difference of that window:
+    a window can differ with equal counts, a corrupted value say).
+
+    ``grid`` is True when the step is the grid of the values themselves (each cell is one
+    output window of the job), False when they were counted in round buckets.
+    """
+
+    first: str
+    step_seconds: float
+    grid: bool
+    staged: list[int] = field(default_factory=list)
+    target: list[int] = field(default_factory=list)
+    only_staged: list[int] = field(default_factory=list)
+    only_target: list[int] = field(default_factory=list)
+
+    def differing(self) -> list[int]:
+        """Indexes of the windows whose rows differ."""
+        return [i for i, (s, t) in enumerate(zip(self.only_staged, self.only_target)) if s or t]
 
 
 @dataclass
@@ -83,6 +122,10 @@ class ValidationReport:
     per_hour: list[HourCounts] = field(default_factory=list)
     only_staged_sample: list[dict[str, Any]] = field(default_factory=list)
     only_target_sample: list[dict[str, Any]] = field(default_factory=list)
+    windows: WindowCounts | None = None
+    #: notes on the backfill's input and window (rows of a source with a null ingestion time,
+    #: which no slice reads; a window clipped by ``allow_open_end``), set by the validate step
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-safe Python values."""
@@ -105,10 +148,17 @@ class ValidationReport:
         ]
         if self.staged_outside_window:
             lines.append(f"  staged rows outside the window: {self.staged_outside_window} (publish refuses them)")
+        lines.extend(f"  warning: {w}" for w in self.warnings)
         differing = [h for h in self.per_hour if h.staged != h.target]
         lines.append(f"  hours: {len(self.per_hour)}, differing: {len(differing)}")
         for h in differing[:24]:
             lines.append(f"    {h.hour}  staged {h.staged:>8}  target {h.target:>8}  diff {h.staged - h.target:+d}")
+        if self.windows is not None:
+            w = self.windows
+            kind = "output windows" if w.grid else "buckets"
+            lines.append(
+                f"  {kind} of {format_duration_us(w.step_seconds * 1e6)}: {len(w.staged)}, differing: {len(w.differing())}"
+            )
         for title, rows in (("only in staged", self.only_staged_sample), ("only in target", self.only_target_sample)):
             if rows:
                 lines.append(f"  sample {title}:")
@@ -306,6 +356,12 @@ def compare_rows(staged: pa.Table, target: pa.Table, sample: int) -> tuple[int, 
     :return: (matched rows, sample only in staged, sample only in target,
         rows only in staged, rows only in target).
     """
+    grouped = _grouped_tables(staged, target)
+    return (0, [], [], 0, 0) if grouped is None else _compare_grouped(grouped, sample)
+
+
+def _grouped_tables(staged: pa.Table, target: pa.Table) -> pa.Table | None:
+    """Both tables' rows grouped, with the count of each on both sides (None when both are empty)."""
     import pyarrow as pa
 
     left = _row_keys(staged).append_column(_STAGED, pa.repeat(1, staged.num_rows).cast(pa.int64()))
@@ -313,9 +369,7 @@ def compare_rows(staged: pa.Table, target: pa.Table, sample: int) -> tuple[int, 
     right = _row_keys(target).append_column(_STAGED, pa.repeat(0, target.num_rows).cast(pa.int64()))
     right = right.append_column(_TARGET, pa.repeat(1, target.num_rows).cast(pa.int64()))
     both = pa.concat_tables([left, right.cast(left.schema)])
-    if both.num_rows == 0:
-        return 0, [], [], 0, 0
-    return _compare_grouped(_group(both), sample)
+    return None if both.num_rows == 0 else _group(both)
 
 
 def _hour_counts(rows: pa.Table | pa.RecordBatch, time_column: str) -> dict[str, int]:
@@ -344,6 +398,108 @@ def hourly_counts(staged: pa.Table, target: pa.Table, time_column: str) -> list[
     return _hours(_hour_counts(staged, time_column), _hour_counts(target, time_column))
 
 
+class _WindowCounter:
+    """Rows per distinct ``time_column`` value (epoch microseconds) on both sides, folded into
+    round buckets once more than :data:`MAX_DISTINCT` values are seen (memory stays bounded)."""
+
+    def __init__(self, start: datetime, end: datetime) -> None:
+        from airflow_provider_kappa.timeparse import to_micros
+
+        self.lo = to_micros(parse_timestamp(start, "window start"))
+        self.hi = to_micros(parse_timestamp(end, "window end"))
+        self.bucket: int | None = None
+        self.counts: dict[int, list[int]] = {}  # value -> [staged, target, only staged, only target]
+
+    def add(self, rows: pa.Table | pa.RecordBatch, time_column: str, staged: bool) -> None:
+        """Count ``rows`` (already windowed: no null ``time_column``) of one side."""
+        import numpy as np
+
+        if rows.num_rows == 0:
+            return
+        micros = _micros(rows[time_column])
+        if self.bucket is None:
+            values, counts = np.unique(micros, return_counts=True)
+            if len(self.counts) + len(values) > MAX_DISTINCT:
+                self._fold(round_step((self.hi - self.lo) / BUCKETS))
+        if self.bucket is not None:
+            values, counts = np.unique(micros // self.bucket * self.bucket, return_counts=True)
+        side = 0 if staged else 1
+        for value, n in zip(values.tolist(), counts.tolist()):
+            self.counts.setdefault(int(value), [0, 0, 0, 0])[side] += int(n)
+
+    def add_differences(self, grouped: pa.Table, time_column: str) -> None:
+        """Count the rows on one side only, per window, from grouped rows with both sides' counts
+        (their values were all counted by :meth:`add` before)."""
+        import numpy as np
+
+        excess = np.asarray(grouped[f"{_STAGED}_sum"].to_numpy(), dtype=np.int64) - np.asarray(
+            grouped[f"{_TARGET}_sum"].to_numpy(), dtype=np.int64
+        )
+        differing = np.nonzero(excess)[0]
+        if not len(differing):
+            return
+        micros = _micros(grouped[time_column].take(differing))
+        if self.bucket is not None:
+            micros = micros // self.bucket * self.bucket
+        values, inverse = np.unique(micros, return_inverse=True)
+        excess = excess[differing]
+        only_staged = np.bincount(inverse, weights=np.maximum(excess, 0), minlength=len(values))
+        only_target = np.bincount(inverse, weights=np.maximum(-excess, 0), minlength=len(values))
+        for value, s, t in zip(values.tolist(), only_staged.tolist(), only_target.tolist()):
+            cell = self.counts.setdefault(int(value), [0, 0, 0, 0])
+            cell[2] += int(s)
+            cell[3] += int(t)
+
+    def _fold(self, bucket: int) -> None:
+        self.bucket = bucket
+        folded: dict[int, list[int]] = {}
+        for value, sides in self.counts.items():
+            cell = folded.setdefault(floor_to(value, bucket), [0, 0, 0, 0])
+            for k, n in enumerate(sides):
+                cell[k] += n
+        self.counts = folded
+
+    def result(self) -> WindowCounts:
+        """The counts per window over the whole window ``[start, end)``, empty windows included."""
+        from airflow_provider_kappa.timeparse import from_micros
+
+        values = sorted(self.counts)
+        step, origin, grid = self.bucket, 0, False
+        if step is None and len(values) >= 2:
+            gcd = 0
+            for v in values[1:]:
+                gcd = math.gcd(gcd, v - values[0])
+            if -(-(self.hi - self.lo) // gcd) <= MAX_WINDOWS:
+                step, origin, grid = gcd, values[0], True
+        if step is None:
+            step = round_step((self.hi - self.lo) / BUCKETS)
+            self._fold(step)
+            values = sorted(self.counts)
+        first = floor_to(self.lo, step, origin)
+        if grid and first < self.lo:  # no value lies before lo: the grid's first cell inside the window
+            first += step
+        n = max(1, -(-(self.hi - first) // step))
+        sides: list[list[int]] = [[0] * n for _ in range(4)]
+        for v in values:
+            i = (v - first) // step
+            for k in range(4):
+                sides[k][i] += self.counts[v][k]
+        return WindowCounts(
+            first=from_micros(first).isoformat(), step_seconds=step / 1e6, grid=grid, staged=sides[0], target=sides[1],
+            only_staged=sides[2], only_target=sides[3],
+        )  # fmt: skip
+
+
+def _micros(column: pa.Array | pa.ChunkedArray) -> Any:
+    """A timestamp or date column as int64 epoch microseconds (numpy)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if pa.types.is_date(column.type):
+        column = column.cast(pa.timestamp("us"))
+    return np.asarray(column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64()).to_numpy(), dtype=np.int64)
+
+
 def _report(
     *,
     target_table: str,
@@ -356,6 +512,7 @@ def _report(
     compared: tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int],
     per_hour: list[HourCounts],
     staged_outside_window: int,
+    windows: WindowCounts | None = None,
 ) -> ValidationReport:
     matched, only_s, only_t, n_only_s, n_only_t = compared
     denominator = max(staged_rows, target_rows)
@@ -377,6 +534,7 @@ def _report(
         per_hour=per_hour,
         only_staged_sample=only_s,
         only_target_sample=only_t,
+        windows=windows,
     )
 
 
@@ -404,6 +562,12 @@ def build_report(
     :param staged_outside_window: staged rows found outside the window.
     :param sample: how many differing rows to keep per side.
     """
+    windows = _WindowCounter(start, end)
+    windows.add(staged, time_column, staged=True)
+    windows.add(target, time_column, staged=False)
+    grouped = _grouped_tables(staged, target)
+    if grouped is not None:
+        windows.add_differences(grouped, time_column)
     return _report(
         target_table=target_table,
         staging=staging,
@@ -412,9 +576,10 @@ def build_report(
         end=end,
         staged_rows=staged.num_rows,
         target_rows=target.num_rows,
-        compared=compare_rows(staged, target, sample),
+        compared=(0, [], [], 0, 0) if grouped is None else _compare_grouped(grouped, sample),
         per_hour=hourly_counts(staged, target, time_column),
         staged_outside_window=staged_outside_window,
+        windows=windows.result(),
     )
 
 
@@ -570,6 +735,7 @@ def _validate(
     planned = sum(t.file.record_count for t in target_tasks) + sum(t.file.record_count for *_, ts in staged_plans for t in ts)
     counts = {"staged": 0, "target": 0, "outside": 0}
     hours: dict[str, dict[str, int]] = {"staged": {}, "target": {}}
+    windows = _WindowCounter(start, end)
 
     def count_hours(side: str, rows: pa.RecordBatch) -> None:
         for h, n in _hour_counts(rows, time_column).items():
@@ -581,6 +747,7 @@ def _validate(
             inside = batch.filter(in_window_mask(batch, time_column, start, end))
             counts["target"] += inside.num_rows
             count_hours("target", inside)
+            windows.add(inside, time_column, staged=False)
             spill.add(inside, staged=False)
         for identifier, table, tasks in staged_plans:
             for batch in _as_target(identifier, table_batches(table, tasks, batch_rows=batch_rows), schema):
@@ -588,12 +755,14 @@ def _validate(
                 counts["staged"] += inside.num_rows
                 counts["outside"] += batch.num_rows - inside.num_rows
                 count_hours("staged", inside)
+                windows.add(inside, time_column, staged=True)
                 spill.add(inside, staged=True)
         matched = n_staged = n_target = 0
         only_s: list[dict[str, Any]] = []
         only_t: list[dict[str, Any]] = []
         for grouped in spill.grouped():
             m, s_rows, t_rows, n_s, n_t = _compare_grouped(grouped, sample)
+            windows.add_differences(grouped, time_column)
             matched, n_staged, n_target = matched + m, n_staged + n_s, n_target + n_t
             only_s.extend(s_rows[: sample - len(only_s)])
             only_t.extend(t_rows[: sample - len(only_t)])
@@ -608,6 +777,7 @@ def _validate(
         compared=(matched, only_s, only_t, n_staged, n_target),
         per_hour=_hours(hours["staged"], hours["target"]),
         staged_outside_window=counts["outside"],
+        windows=windows.result(),
     )
     return report, spill
 

@@ -1,4 +1,4 @@
-"""The ``kappa`` command: demo, run, land, plan, backfill.
+"""The ``kappa`` command: demo, run, land, plan, backfill, cleanup.
 
 Each verb lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 modules are imported only when their verb runs.
@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaCatalogUnavailableError, KappaError
+from airflow_provider_kappa.faults import one_line, root_transient_cause
 
 VERBS = {
     "demo": "embedded default: local lake, live run, incident, backfill, report",
@@ -18,6 +19,7 @@ VERBS = {
     "land": "land the kafka candidates of dynamic sources into their iceberg tables",
     "plan": "print the slices a backfill would run, from manifests only",
     "backfill": "snapshot, plan, run slices, validate and publish a window",
+    "cleanup": "remove staging tables, checkpoints, plan files and tags of backfills past the retention",
 }
 
 
@@ -43,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     except KappaError as e:
         print(f"kappa {args.verb}: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # a catalog or storage fault a step did not wrap: one line, not a traceback
+        cause = root_transient_cause(e)
+        if cause is None:
+            raise
+        print(f"kappa {args.verb}: error: {one_line(cause)}: a catalog or storage fault that may pass; "
+              "rerun the same command (kappa backfill: with --resume)", file=sys.stderr)  # fmt: skip
+        return 1
 
 
 if __name__ == "__main__":

@@ -91,6 +91,28 @@ def slice_log(path: Path) -> Iterator[None]:
             steps.propagate = saved[1]
 
 
+@contextmanager
+def terminate_as_exit() -> Iterator[None]:
+    """While the block runs, SIGTERM ends ``kappa backfill`` like Ctrl-C: ``SystemExit(143)`` unwinds
+    it, so its Spark run is stopped, its server stopped and its private folder removed. (SIGKILL
+    cannot be caught: the children get a parent-death signal, ``backfill/processes.py``.)"""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def connect_server(bf: Backfill, plan: BackfillPlan, resume: bool, stack: ExitStack, console: Console) -> str | None:
     """The Spark Connect URL the slices run on (engine ``connect``): ``job.connect``'s, else a local
     server started now and stopped when ``stack`` closes (also on failure or Ctrl-C), only if
@@ -108,7 +130,7 @@ def connect_server(bf: Backfill, plan: BackfillPlan, resume: bool, stack: ExitSt
     store = bf.store()
     if all(slice_is_empty(sp) or (resume and store.done(sp.slice_id) is not None) for sp in plan.slices):
         return None
-    server = stack.enter_context(LocalConnectServer(bf.cfg, connect_state_file(bf).parent))
+    server = stack.enter_context(LocalConnectServer(bf.cfg, connect_state_file(bf).parent, die_with_parent=True))
     console.print(
         f"  engine connect: local Spark Connect server {server.url} (pid {server.state.pid if server.state else '?'}) "
         f"started in {server.seconds:.1f}s, log {server.log_file}"
@@ -122,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from airflow_provider_kappa.backfill.finish import check_gate, publish, summary, validate
+    from airflow_provider_kappa.backfill.report import report_file
     from airflow_provider_kappa.backfill.lock import release
     from airflow_provider_kappa.backfill.snapshot import snapshot
     from airflow_provider_kappa.backfill.steps import plan as plan_slices
@@ -147,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with ExitStack() as stack, Progress(*columns, console=console) as progress:
+        stack.enter_context(terminate_as_exit())
         try:
             connect_url = connect_server(bf, plan, args.resume, stack, console)
         except KappaEngineError as e:
@@ -183,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     reports = validate(bf, plan)
     for report in reports.values():
         console.print(report.to_text())
+    console.print(f"  report: {report_file(store)}")
     report_dicts = {name: r.to_dict() for name, r in reports.items()}
     try:
         check_gate(bf, reports)

@@ -1,4 +1,4 @@
-"""``kappa demo``: the embedded default story (lake, live run, incident, backfill, report)."""
+"""``kappa demo``: the embedded default story (events through Kafka, lake, live run, incident, backfill, report)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=2,
         help="example jobs run at once, for the live references and for the backfill stories (default 2, at least 1)",
     )
+    parser.add_argument(
+        "--no-kafka",
+        action="store_true",
+        help="skip the Kafka story (broker, kappa land, live from Kafka): the jobs run live over the lake in "
+        "iceberg tail mode, as when no broker can start",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         landing=args.landing,
         slice=args.slice,
         concurrency=args.concurrency,
+        kafka=not args.no_kafka,
     )
     run_demo(opts)
     return 0

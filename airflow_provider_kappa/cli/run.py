@@ -2,7 +2,10 @@
 
 Sources resolve to their ``selected`` candidate; an ``iceberg`` candidate runs in tail
 mode (following new snapshots), so the live path works locally without Kafka. A ``kafka``
-candidate gets Spark's Kafka connector from the jars fetched at install time (``backfill/jvm.py``).
+candidate gets Spark's Kafka connector from the jars fetched at install time (``backfill/jvm.py``),
+and the run records its live ledger (``job.ledger``, ``spark.kappa.ledger``): every micro-batch's
+Kafka offsets per topic partition, written by the sink as it commits the batch
+(:mod:`airflow_provider_kappa.spark.ledger`); ``kappa backfill --ledger`` replays those batches.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 from airflow_provider_kappa.backfill.config import KafkaSourceConfig, load_config
 from airflow_provider_kappa.backfill.jvm import kafka_connector_conf
 from airflow_provider_kappa.backfill.launch import live_conf, write_catalogs_file
+from airflow_provider_kappa.spark.conf_keys import PREFIX
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,9 +35,12 @@ def run(args: argparse.Namespace) -> int:
     private = Path(checkpoint) / "_kappa"
     catalogs_file = write_catalogs_file(cfg, private / "catalogs.json")
     conf = live_conf(cfg, catalogs_file, checkpoint)
+    ledger = ""
     if any(isinstance(cfg.resolve(n, backfill=False), KafkaSourceConfig) for n in cfg.job_sources()):
         conf = kafka_connector_conf(conf)  # the connector fetched at install time, as local jars
-    print(f"kappa run: {cfg.job.name} live on {cfg.job.master}, checkpoint {checkpoint}")
+        conf[PREFIX + "ledger"] = cfg.job.ledger
+        ledger = f", live ledger {cfg.job.ledger}"
+    print(f"kappa run: {cfg.job.name} live on {cfg.job.master}, checkpoint {checkpoint}{ledger}", flush=True)
     submit(
         cfg.job.application,
         conf,

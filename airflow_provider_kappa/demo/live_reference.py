@@ -7,6 +7,11 @@ few snapshots per micro-batch (one by default, i.e. one landing interval), with 
 ``availableNow`` trigger so the run ends once it has caught up with the tables. The job
 writes its live sink tables, exactly as ``kappa run`` would.
 
+With a broker (``kappa demo``'s Kafka story, :mod:`~airflow_provider_kappa.demo.kafka_lake`), the
+reference is the job run live FROM KAFKA instead (:func:`kafka_reference_conf`): every source on its
+``kafka`` candidate from the earliest offset, ``availableNow``, ``maxOffsetsPerTrigger`` per topic, the
+sink recording the live ledger (``job.ledger``) as ``kappa run`` does.
+
 The run is one spark-submit of the job's own application (:func:`~airflow_provider_kappa.backfill.submit.submit`).
 Nothing here imports pyspark; pyiceberg is imported inside functions.
 """
@@ -18,11 +23,11 @@ import re
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping
 
-from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig, load_config
+from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig, KafkaSourceConfig, load_config
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.backfill.launch import live_conf, source_conf, write_catalogs_file
 from airflow_provider_kappa.spark.settings import AVAILABLE_NOW, PREFIX
@@ -105,6 +110,40 @@ def reference_conf(
     return conf
 
 
+def kafka_reference_conf(
+    cfg: JobConfig, catalogs_file: str | Path, checkpoint: str, max_offsets: Mapping[str, int]
+) -> dict[str, str]:
+    """The Spark conf of a live reference run from Kafka: :func:`~airflow_provider_kappa.backfill.launch.live_conf`
+    with the ``availableNow`` trigger, every job source on its ``kafka`` candidate from the earliest
+    offset with ``maxOffsetsPerTrigger`` of its topic, the Kafka connector's jars, and the live ledger
+    (``job.ledger``) recorded by the sink, as ``kappa run`` records it.
+
+    :param cfg: the job config.
+    :param catalogs_file: path written by :func:`~airflow_provider_kappa.backfill.launch.write_catalogs_file`.
+    :param checkpoint: the run's checkpoint folder.
+    :param max_offsets: topic -> records per micro-batch at most.
+    :raises KappaConfigError: a job source without a kafka candidate, or a topic without a limit.
+    """
+    from airflow_provider_kappa.backfill.jvm import kafka_connector_conf
+
+    conf = live_conf(cfg, catalogs_file, checkpoint)
+    conf[PREFIX + "trigger"] = AVAILABLE_NOW
+    for name in cfg.job_sources():
+        src = cfg.sources[name]
+        kafka = [cfg.sources[c] for c in getattr(src, "candidates", ())]
+        found = [c for c in kafka if isinstance(c, KafkaSourceConfig)]
+        if len(found) != 1:
+            raise KappaConfigError(f"sources.{name}: a live run from Kafka needs one 'kafka' candidate; found {len(found)}")
+        if found[0].topics not in max_offsets:
+            raise KappaConfigError(f"sources.{found[0].name}.topics: {found[0].topics!r} has no micro-batch limit; known: {sorted(max_offsets)}")
+        key = f"{PREFIX}source.{name}."
+        conf = {k: v for k, v in conf.items() if not k.startswith(key)}
+        conf.update(source_conf(name, replace(found[0], starting_offsets="earliest"), found[0].name))
+        conf[key + "option.maxOffsetsPerTrigger"] = str(max_offsets[found[0].topics])
+    conf[PREFIX + "ledger"] = cfg.job.ledger
+    return kafka_connector_conf(conf)
+
+
 def run_live_reference(
     config_path: str | Path,
     *,
@@ -114,6 +153,7 @@ def run_live_reference(
     fresh: bool = False,
     files_per_batch: int = 1,
     extra_conf: Mapping[str, str] | None = None,
+    kafka: Mapping[str, int] | None = None,
 ) -> LiveReference:
     """Run the unchanged job live over the lake until it has caught up; its sinks write
     their target tables (the production output a backfill is compared with).
@@ -130,7 +170,9 @@ def run_live_reference(
     :param files_per_batch: data files each source reads per micro-batch at most (a landing
         is one file per table, so 1 replays the lake landing by landing).
     :param extra_conf: more Spark conf for the run (e.g. an event log), applied last.
-    :raises KappaConfigError: the config is invalid, or a source has no iceberg candidate.
+    :param kafka: run from Kafka instead (:func:`kafka_reference_conf`): topic -> records per
+        micro-batch at most; ``fresh`` then also removes the live ledger.
+    :raises KappaConfigError: the config is invalid, or a source has no iceberg (no kafka) candidate.
     """
     with lake_env(lake_dir):
         cfg = load_config(config_path)
@@ -138,9 +180,14 @@ def run_live_reference(
     if fresh:
         _drop_targets(cfg)
         shutil.rmtree(ckpt, ignore_errors=True)
+        if kafka is not None:
+            shutil.rmtree(cfg.job.ledger, ignore_errors=True)
     private = Path(ckpt) / "_kappa"
     catalogs_file = write_catalogs_file(cfg, private / "catalogs.json")
-    conf = reference_conf(cfg, catalogs_file, ckpt, files_per_batch=files_per_batch)
+    if kafka is None:
+        conf = reference_conf(cfg, catalogs_file, ckpt, files_per_batch=files_per_batch)
+    else:
+        conf = kafka_reference_conf(cfg, catalogs_file, ckpt, kafka)
     conf.update(extra_conf or {})
     began = time.monotonic()
     submit(

@@ -1,6 +1,7 @@
 """The demo's report: a short text for the terminal and an HTML page with inline SVG plots.
 
-No plotting dependency: the charts are small hand-drawn SVGs (bars and a line).
+No plotting dependency: the page and its charts are those of a backfill's report
+(:mod:`airflow_provider_kappa.backfill.report`): one definition of the drawing.
 """
 
 from __future__ import annotations
@@ -8,7 +9,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from airflow_provider_kappa.backfill.report import Windows
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,9 @@ class DemoReport:
     slices: list[SliceStat] = field(default_factory=list)
     hours: list[HourCount] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: counts per output window (finer than ``hours``), e.g. ``Windows.from_report(report.to_dict())``
+    #: of :func:`airflow_provider_kappa.backfill.validate.build_report`; default: ``hours``
+    windows: Windows | None = None
 
     def to_text(self) -> str:
         """The terminal version."""
@@ -67,69 +74,53 @@ class DemoReport:
         return "\n".join(lines)
 
     def write_html(self, path: str | Path) -> Path:
-        """Write the HTML page (facts, two charts, notes) and return its path."""
+        """Write the HTML page (facts, live vs backfill per window, slice throughput, notes),
+        drawn by the backfill report's code (:mod:`airflow_provider_kappa.backfill.report`),
+        and return its path."""
+        from airflow_provider_kappa.backfill import report as draw
+
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        facts = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in self.facts)
-        throughput = bar_chart(
-            [s.slice_id for s in self.slices],
-            [[s.rows_per_second for s in self.slices]],
-            ["rows/s"],
-            "Per-slice throughput (rows read per second)",
-        )
-        hours = bar_chart(
-            [h.hour[11:16] if len(h.hour) >= 16 else h.hour for h in self.hours],
-            [[float(h.live) for h in self.hours], [float(h.backfill) for h in self.hours]],
-            ["live reference", "backfill"],
-            "Output rows per hour: live vs backfill",
-        )
-        marks = [s.watermark or "" for s in self.slices]
-        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
-        target.write_text(
-            "<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>{html.escape(self.title)}</title>"
-            "<style>body{font-family:sans-serif;margin:2em;max-width:1000px}"
-            "th{text-align:left;padding-right:1em}td{font-family:monospace}</style></head><body>"
-            f"<h1>{html.escape(self.title)}</h1><table>{facts}</table>"
-            f"<h2>Slices</h2>{throughput}"
-            f"<p>Watermark at the end of each slice: {html.escape(', '.join(m for m in marks if m)) or '-'}</p>"
-            f"<h2>Live vs backfill</h2>{hours}<ul>{notes}</ul></body></html>"
-        )
+        body = [draw.table(["", ""], self.facts)]
+        windows = self.windows or _hour_windows(self.hours)
+        if windows is not None:
+            body.append("<h2>Live reference vs backfill, rows per window</h2>")
+            body.append(f"<div class='panel'>{draw.window_chart(windows, 'live reference vs backfill')}</div>")
+        if self.slices:
+            body.append("<h2>Slices: throughput (rows read per second)</h2>")
+            chart = draw.bar_rows_chart(
+                [s.slice_id for s in self.slices], [s.rows_per_second for s in self.slices], "rows/s", "throughput per slice"
+            )
+            body.append(f"<div class='panel'>{chart}</div>")
+            body.append(
+                draw.table(
+                    ["slice", "rows read", "micro-batches", "seconds", "rows/s", "watermark"],
+                    [
+                        [s.slice_id, f"{s.rows_read:,}", s.batches, f"{s.seconds:.1f}", f"{s.rows_per_second:,.0f}", s.watermark or "-"]
+                        for s in self.slices
+                    ],
+                    [False, True, True, True, True, False],
+                )
+            )
+        if self.notes:
+            body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in self.notes) + "</ul>")
+        target.write_text(draw.page(self.title, "live reference (the unchanged job run live) vs the published backfill", body))
         return target
 
 
-def bar_chart(labels: Sequence[str], series: Sequence[Sequence[float]], names: Sequence[str], title: str) -> str:
-    """A grouped bar chart as inline SVG.
+def _hour_windows(hours: Sequence[HourCount]) -> Windows | None:
+    """Hourly counts as the shared chart's windows (one window per hour, the hours in between empty)."""
+    from airflow_provider_kappa.backfill.report import Windows
+    from airflow_provider_kappa.backfill.timeaxis import HOUR
+    from airflow_provider_kappa.timeparse import parse_timestamp, to_micros
 
-    :param labels: one label per group (x axis).
-    :param series: one list of values per series, each as long as ``labels``.
-    :param names: series names (legend).
-    :param title: chart title.
-    """
-    colors = ["#4472c4", "#ed7d31", "#70ad47"]
-    width, height, pad = 900, 260, 40
-    n = max(len(labels), 1)
-    top = max((v for s in series for v in s), default=0.0) or 1.0
-    group = (width - 2 * pad) / n
-    bar = group * 0.8 / max(len(series), 1)
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height + 60}'>"]
-    parts.append(f"<text x='{pad}' y='16' font-size='14'>{html.escape(title)} (max {top:,.0f})</text>")
-    for si, values in enumerate(series):
-        for i, v in enumerate(values):
-            h = (height - pad) * v / top
-            x = pad + i * group + si * bar
-            parts.append(
-                f"<rect x='{x:.1f}' y='{height - h:.1f}' width='{bar:.1f}' height='{h:.1f}' "
-                f"fill='{colors[si % len(colors)]}'><title>{html.escape(labels[i])}: {v:,.0f}</title></rect>"
-            )
-    step = max(1, n // 12)
-    for i in range(0, len(labels), step):
-        x = pad + i * group
-        parts.append(f"<text x='{x:.1f}' y='{height + 15}' font-size='10'>{html.escape(labels[i])}</text>")
-    for si, name in enumerate(names):
-        parts.append(
-            f"<rect x='{pad + si * 150}' y='{height + 30}' width='12' height='12' fill='{colors[si % len(colors)]}'/>"
-            f"<text x='{pad + si * 150 + 16}' y='{height + 41}' font-size='12'>{html.escape(name)}</text>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+    starts = [to_micros(parse_timestamp(h.hour, "hour")) for h in hours if h.hour != "null"]
+    if not starts:
+        return None
+    first, last = min(starts), max(starts)
+    n = (last - first) // HOUR + 1
+    live, backfill = [0] * n, [0] * n
+    for h, at in zip((h for h in hours if h.hour != "null"), starts):
+        live[(at - first) // HOUR] += h.live
+        backfill[(at - first) // HOUR] += h.backfill
+    return Windows(first=first, step=HOUR, live=live, backfill=backfill, lo=first, hi=first + n * HOUR)

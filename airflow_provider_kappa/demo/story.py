@@ -1,11 +1,16 @@
 """``kappa demo``: the whole Kappa backfill story on one laptop, with real parts.
 
-1. Generate a lake of landed Kafka events (impressions, playbacks) in a local sqlite-backed
-   Iceberg catalog.
-2. Run each example job live over the lake (the production output, and the reference).
+1. Generate the events (impressions, playbacks). With a Kafka broker (its jars fetched at
+   install), produce them into Kafka topics (record timestamp = the generated ingestion time)
+   and land the topics into a local sqlite-backed Iceberg catalog with ``kappa land``; without
+   one (one line says why), land them straight into the catalog.
+2. Run each example job live (the production output, and the reference): from Kafka, the
+   unchanged job on its kafka candidates in uneven micro-batches, recording the live ledger
+   (:mod:`~airflow_provider_kappa.demo.kafka_lake`); else over the lake in iceberg tail mode.
 3. Simulate an incident: a buggy deploy corrupts one window of the output and loses part of it.
-4. Backfill that window through the job's Airflow DAG (``dag.test()``: a real Airflow run of
-   snapshot, plan, one task per slice, validate, publish) in each mode. Each job's story
+4. Backfill that window from Iceberg through the job's Airflow DAG (``dag.test()``: a real Airflow
+   run of snapshot, plan, one task per slice, validate, publish) in each mode; after a Kafka-live
+   run, with ``ledger`` (live's micro-batches replayed). Each job's story
    (incident, backfill, compare, per mode in order) runs in its own process with its own
    Airflow home (sqlite is not safe for two ``dag.test()`` at once), up to ``concurrency``
    jobs at once.
@@ -35,8 +40,10 @@ from airflow_provider_kappa.timeparse import format_duration
 EXAMPLES = Path(__file__).parents[1] / "examples"
 MARKER = ".kappa-demo"
 WARMUP = timedelta(minutes=30)
-#: The incident window ends this long before the lake does; a sequential backfill's tail
-#: (its last slice then reads to the lake's end, where live stopped too).
+#: The incident window ends this long before the ``--hours`` of lake do; a sequential backfill's
+#: tail (its last slice then reads to the lake's end, where live stopped too). With parallel
+#: among the modes the lake goes on PARALLEL_TAIL - TAIL longer, and both modes read PARALLEL_TAIL
+#: past the window: no backfill reads past the landed data (docs/bad_input.md).
 TAIL = timedelta(minutes=15)
 #: Tail of a parallel backfill: each slice but the last stops reading this long after the
 #: cell it owns, and every row of that cell must be closed by then by a micro-batch with data,
@@ -60,7 +67,9 @@ class DemoOptions:
 
     :param workdir: folder for the lake, checkpoints, Airflow home and the report (wiped if it
         holds an earlier demo; refused if it holds anything else).
-    :param hours: hours of ingestion time in the lake.
+    :param hours: hours of ingestion time in the lake around the incident (a warmup before it, a
+        tail after it); with ``parallel`` among the modes, the lake goes on for the parallel
+        tail's extra length, so that no backfill reads past the landed data.
     :param rate: impressions per second (playbacks are a tenth).
     :param seed: seed of the lake generator.
     :param jobs: example jobs to run.
@@ -71,6 +80,7 @@ class DemoOptions:
     :param landing: the lake's landing interval (ingestion time per landed file and snapshot).
     :param concurrency: jobs run at once, both for the live references (one spark-submit per
         job) and for the backfill stories (one process per job, its modes in order).
+    :param kafka: run the Kafka story when a broker can start (False: the iceberg tail live path).
     """
 
     workdir: Path
@@ -83,6 +93,7 @@ class DemoOptions:
     slice: str = "1h"
     landing: str = "10min"
     concurrency: int = 2
+    kafka: bool = True
 
 
 @dataclass
@@ -276,45 +287,77 @@ def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoRepor
     from airflow_provider_kappa.demo.lakegen import LakeSpec, generate_lake, local_catalog
     from airflow_provider_kappa.timeparse import parse_duration
 
+    # a parallel backfill reads PARALLEL_TAIL past the window: the lake goes on that long after it
+    # (a backfill refuses to read past the landed data, see docs/bad_input.md), and the sequential
+    # backfill reads as far (both read to the lake's end, where live stopped too)
+    extra = max(TAIL, PARALLEL_TAIL if "parallel" in opts.modes else TAIL) - TAIL
     spec = LakeSpec(
-        hours=opts.hours, rate=opts.rate, seed=opts.seed, landing_interval=parse_duration(opts.landing, "--landing")
-    )
+        hours=opts.hours + extra / timedelta(hours=1), rate=opts.rate, seed=opts.seed,
+        landing_interval=parse_duration(opts.landing, "--landing"),
+    )  # fmt: skip
     catalog = local_catalog(lake_dir)
+    broker = None
     try:
-        lake = generate_lake(catalog, spec)
-    finally:
-        wait_airflow_db(migrate)
-    stages["lake + Airflow DB"] = time.monotonic() - began
-    say(
-        f"[2/5] lake: {lake.impressions:,} impressions + {lake.playbacks:,} playbacks landed in {lake.snapshots} "
-        f"snapshots over [{lake.start:%H:%M}, {lake.end:%H:%M}) UTC ({lake.seconds:.1f}s)"
-    )
+        try:
+            broker, why = _start_broker(opts, workdir)
+            if broker is None:
+                say(f"      live path: iceberg tail, no Kafka broker ({why})")
+                lake = generate_lake(catalog, spec)
+                topics: dict[str, Any] = {}
+            else:
+                topics, lake = _kafka_lake(broker, spec, opts.jobs, catalog, say)
+        finally:
+            wait_airflow_db(migrate)
+        stages["lake + Airflow DB"] = time.monotonic() - began
+        where = "produced into Kafka and landed by kappa land" if broker else "landed"
+        say(
+            f"[2/5] lake: {lake.impressions:,} impressions + {lake.playbacks:,} playbacks {where} in {lake.snapshots} "
+            f"snapshots over [{lake.start:%H:%M}, {lake.end:%H:%M}) UTC ({lake.seconds:.1f}s)"
+        )
 
-    # the incident: from a warmup's length after the lake's start to a tail's length before its
-    # end (the warmup and tail reads around the window then have data, as in production)
-    window_start, window_end = incident_window(spec.start, spec.end)
-    at_once = min(opts.concurrency, len(opts.jobs))
-    mark = time.monotonic()
-    refs = _live_references(opts.jobs, lake_dir, opts.concurrency)
+        # the incident: from a warmup's length after the lake's start to a tail's length before its
+        # end (the warmup and tail reads around the window then have data, as in production)
+        window_start, window_end = incident_window(spec.start, spec.end - extra)
+        at_once = min(opts.concurrency, len(opts.jobs))
+        mark = time.monotonic()
+        limits = _batch_limits(topics, spec) if broker else None
+        refs = _live_references(opts.jobs, lake_dir, opts.concurrency, limits)
+        if broker:
+            _restamp(opts.jobs, topics)
+    finally:
+        if broker is not None:
+            broker.stop()
     stages[f"live references (jobs at once: {at_once})"] = time.monotonic() - mark
+    live_path = (
+        f"Kafka: the jobs ran live from the broker's topics ({_limits_text(limits)} per micro-batch), "
+        "recording the live ledger; the backfills replay it (ledger)"
+        if broker and limits
+        else f"iceberg tail (no Kafka broker: {why})"
+    )
     live_seconds: dict[str, float] = {}
     for job in opts.jobs:
         ref = refs[job]
         live_seconds[job] = ref.seconds
+        source = "from Kafka " if broker else ""
         say(
-            f"[3/5] {job}: live run wrote {sum(ref.rows.values()):,} rows in {sum(ref.batches.values())} "
+            f"[3/5] {job}: live run {source}wrote {sum(ref.rows.values()):,} rows in {sum(ref.batches.values())} "
             f"micro-batches ({ref.seconds:.0f}s)"
         )
     mark = time.monotonic()
     stories = [
-        story_process(workdir, job, opts.modes, lake_dir, window_start, window_end, opts.slice, opts.threshold)
+        story_process(
+            workdir, job, opts.modes, lake_dir, window_start, window_end, opts.slice, opts.threshold,
+            ledger=broker is not None,
+        )  # fmt: skip
         for job in opts.jobs
     ]
     results = run_stories(stories, opts.concurrency, say)
     outcomes = [outcome_from_json(o) for job in opts.jobs for o in results[job]]
     stages[f"backfills (jobs at once: {at_once})"] = time.monotonic() - mark
 
-    report = _report(opts, lake, outcomes, live_seconds, window_start, window_end, stages, time.monotonic() - began)
+    report = _report(
+        opts, lake, outcomes, live_seconds, window_start, window_end, stages, time.monotonic() - began, live_path
+    )
     html_path = report.write_html(workdir / "report.html")
     (workdir / "report.txt").write_text(report.to_text() + "\n")
     (workdir / "report.json").write_text(json.dumps([_outcome_json(o) for o in outcomes], indent=2, default=str))
@@ -355,6 +398,8 @@ def story_process(
     window_end: datetime,
     slice_: str,
     threshold: str,
+    *,
+    ledger: bool = False,
 ) -> StoryProcess:
     """Prepare ``job``'s story process: its own Airflow home ``<workdir>/airflow/<job>`` whose
     ``airflow.db`` is a copy of the migrated ``<workdir>/airflow/airflow.db`` and whose DAG
@@ -368,6 +413,7 @@ def story_process(
     :param window_end: end of the incident window.
     :param slice_: slice length of the backfill.
     :param threshold: ``max_misalignment_threshold`` of the backfill.
+    :param ledger: backfill with ``ledger`` (replay the live ledger a Kafka-live run recorded).
     """
     base = workdir / "airflow"
     home = base / job
@@ -387,6 +433,7 @@ def story_process(
                 "end": window_end.isoformat(),
                 "slice": slice_,
                 "threshold": threshold,
+                "ledger": ledger,
                 "result": str(result),
             },
             indent=2,
@@ -439,9 +486,13 @@ def run_story(spec: dict[str, Any], say: Callable[[str], None]) -> list[JobOutco
             f"[{window_start:%H:%M}, {window_end:%H:%M}); backfilling ({mode}) through Airflow"
         )
         started = time.time()
+        # the lake goes on a parallel tail past the window when parallel runs (see run_demo): the
+        # sequential backfill then reads to the lake's end as well, where live stopped too
+        tail = PARALLEL_TAIL if "parallel" in spec["modes"] else TAIL
         outcome = _backfill_and_compare(
-            job, mode, config, catalog, reference, window_start, window_end, spec["slice"], spec["threshold"], say
-        )
+            job, mode, config, catalog, reference, window_start, window_end, spec["slice"], spec["threshold"], say,
+            tail=tail, ledger=bool(spec.get("ledger")),
+        )  # fmt: skip
         outcome.started, outcome.ended = started, time.time()
         outcomes.append(outcome)
     return outcomes
@@ -471,8 +522,76 @@ def story_main(argv: list[str]) -> int:
     return 0
 
 
-def _live_references(jobs: tuple[str, ...], lake_dir: Path, concurrency: int) -> dict[str, Any]:
-    """Run every job live over the lake (one spark-submit each, ``concurrency`` at once);
+def _start_broker(opts: DemoOptions, workdir: Path) -> tuple[Any, str]:
+    """A running :class:`~airflow_provider_kappa.demo.kafka_broker.KafkaBroker` in ``<workdir>/kafka``
+    and ``""``, or ``None`` and why there is none (one line)."""
+    from airflow_provider_kappa.demo.kafka_broker import KafkaBroker
+    from airflow_provider_kappa.demo.kafka_lake import kafka_unavailable
+
+    if not opts.kafka:
+        return None, "--no-kafka"
+    why = kafka_unavailable()
+    if why is not None:
+        return None, why
+    broker = KafkaBroker(workdir / "kafka")
+    try:
+        broker.start()
+    except KappaError as e:  # the fallback the issue asks for: the demo goes on without Kafka
+        return None, f"the broker did not start: {str(e).splitlines()[0]}"
+    return broker, ""
+
+
+def _kafka_lake(broker: Any, spec: Any, jobs: tuple[str, ...], catalog: Any, say: Callable[[str], None]) -> tuple[dict[str, Any], Any]:
+    """Produce the lake's events into the jobs' topics and land them with ``kappa land``;
+    topic -> :class:`~airflow_provider_kappa.demo.kafka_lake.Topic`, and the lake's summary."""
+    from dataclasses import replace
+
+    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.demo.kafka_lake import KAFKA_ENV, land_lake, produce_lake, topics_of
+
+    began = time.monotonic()
+    os.environ[KAFKA_ENV] = broker.bootstrap_servers
+    configs = [(EXAMPLES / job / "kappa.yaml", load_config(EXAMPLES / job / "kappa.yaml")) for job in jobs]
+    topics, lake = produce_lake(broker.bootstrap_servers, spec, topics_of(c for _, c in configs))
+    say(
+        f"      live path: Kafka, broker {broker.bootstrap_servers} (pid {broker.pid}, started in {broker.seconds:.0f}s); "
+        f"{sum(len(t.acks) for t in topics.values()):,} events produced into {sorted(topics)} in {lake.seconds:.0f}s; "
+        f"landing them with kappa land (log {broker.work / 'land.log'})"
+    )
+    runs = land_lake(configs, broker.work / "land.log")
+    snapshots = sum(len(catalog.load_table(t.table).snapshots()) for t in topics.values())
+    return topics, replace(lake, landings=runs, snapshots=snapshots, seconds=time.monotonic() - began)
+
+
+def _batch_limits(topics: dict[str, Any], spec: Any) -> dict[str, int]:
+    """``maxOffsetsPerTrigger`` per topic: about one live micro-batch per landing interval of the
+    lake, cut by record counts (not on the landing grid)."""
+    from airflow_provider_kappa.demo.kafka_lake import batch_limits
+
+    batches = max(1, round((spec.end - spec.start) / spec.landing_interval))
+    return batch_limits(topics, batches)
+
+
+def _limits_text(limits: dict[str, int] | None) -> str:
+    return ", ".join(f"{topic} {n:,} records" for topic, n in sorted((limits or {}).items()))
+
+
+def _restamp(jobs: tuple[str, ...], topics: dict[str, Any]) -> None:
+    """Every job's live ledger onto the lake's time axis (:func:`~airflow_provider_kappa.demo.kafka_lake.restamp_ledger`)."""
+    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.demo.kafka_lake import restamp_ledger
+
+    for job in jobs:
+        cfg = load_config(EXAMPLES / job / "kappa.yaml")
+        for sink in cfg.sinks:
+            restamp_ledger(f"{cfg.job.ledger.rstrip('/')}/{sink}", topics)
+
+
+def _live_references(
+    jobs: tuple[str, ...], lake_dir: Path, concurrency: int, kafka: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """Run every job live (one spark-submit each, ``concurrency`` at once): over the lake, or from
+    Kafka with ``kafka`` (topic -> records per micro-batch at most);
     job -> :class:`~airflow_provider_kappa.demo.live_reference.LiveReference`."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -481,7 +600,7 @@ def _live_references(jobs: tuple[str, ...], lake_dir: Path, concurrency: int) ->
     check_concurrency(concurrency)
 
     def live(job: str) -> Any:
-        return run_live_reference(EXAMPLES / job / "kappa.yaml", fresh=True)
+        return run_live_reference(EXAMPLES / job / "kappa.yaml", fresh=True, kafka=kafka)
 
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kappa-live") as pool:
         futures = {job: pool.submit(live, job) for job in jobs}
@@ -538,6 +657,9 @@ def _backfill_and_compare(
     slice_: str,
     threshold: str,
     say: Callable[[str], None],
+    *,
+    tail: timedelta = TAIL,
+    ledger: bool = False,
 ) -> JobOutcome:
     from airflow_provider_kappa.dag import kappa_backfill_dag
 
@@ -548,9 +670,11 @@ def _backfill_and_compare(
         "slice": slice_,
         "max_misalignment_threshold": threshold,
         "warmup": "30min",
-        "tail": format_duration(TAIL if mode == "sequential" else PARALLEL_TAIL),
+        "tail": format_duration(tail),
         "min_match": 0,
     }
+    if ledger:
+        conf["ledger"] = True
     dag = kappa_backfill_dag(str(config))  # the same DAG the demo's DAG file defines
     began = time.monotonic()
     run = dag.test(run_conf=conf)
@@ -686,8 +810,10 @@ def _report(
     end: datetime,
     stages: dict[str, float],
     wall: float,
+    live_path: str = "iceberg tail",
 ) -> DemoReport:
     facts = [
+        ("live path", live_path),
         ("lake", f"{lake.rows:,} events ({lake.impressions:,} impressions, {lake.playbacks:,} playbacks), "
                  f"{lake.snapshots} snapshots, {opts.hours:g} h"),
         ("incident window", f"[{start.isoformat()}, {end.isoformat()})"),

@@ -10,6 +10,8 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
+from airflow_provider_kappa.operators.lineage import KappaLineageMixin, Lineage, source_tables, target_tables
+from airflow_provider_kappa.operators.links import KappaReportLink, record_report_link
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -52,7 +54,7 @@ def sink_assets(cfg: JobConfig) -> dict[str, Asset]:
     return {name: target_asset(sink.catalog, sink.table) for name, sink in cfg.sinks.items()}
 
 
-class KappaPublishOperator(KappaBackfillBaseOperator):
+class KappaPublishOperator(KappaLineageMixin, KappaBackfillBaseOperator):
     """Last task of a backfill: replace each sink's window ``[start, end)`` with the staged rows
     (one atomic commit per sink, retried on conflicts; rows outside the window and live
     appends are kept), then log the summary: slices, rows, throughput, match rate, published
@@ -63,6 +65,9 @@ class KappaPublishOperator(KappaBackfillBaseOperator):
     ``backfill_id``, ``job``, ``sink``, ``table``, the window ``start`` and ``end`` (ISO-8601)
     and the published ``snapshot_id``. A skipped publish (dry run, publish off) records none.
 
+    OpenLineage: inputs, the source tables at the snapshots the backfill pinned; outputs, the
+    target tables at the snapshots this task committed (:mod:`~airflow_provider_kappa.operators.lineage`).
+
     :param config_path: path of the job's kappa.yaml (templated).
     :param plan: the plan task's XCom (templated).
     :param report: the validate task's XCom (templated).
@@ -70,6 +75,7 @@ class KappaPublishOperator(KappaBackfillBaseOperator):
     """
 
     template_fields: Sequence[str] = (*KappaBackfillBaseOperator.template_fields, "plan", "report")
+    operator_extra_links = (KappaReportLink(),)
 
     def __init__(self, *, plan: Any, report: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -81,6 +87,8 @@ class KappaPublishOperator(KappaBackfillBaseOperator):
 
         bf = self.load_backfill(context)
         plan = self.load_plan(self.plan, bf, self.task_id)
+        with fail_fast(f"{self.task_id}: report link"):
+            record_report_link(context, bf)  # the report the validate task wrote
         if not isinstance(self.report, Mapping) or set(self.report) != set(bf.cfg.sinks):
             raise AirflowFailException(
                 f"{self.task_id}: report must be the validate task's XCom (one report per sink "
@@ -97,6 +105,8 @@ class KappaPublishOperator(KappaBackfillBaseOperator):
             raise AirflowFailException(f"{self.task_id}: slice(s) {missing} have not completed; refusing to publish")
         with fail_fast(f"{self.task_id}: publish"):
             results = {name: asdict(r) for name, r in publish(bf, plan).items()}
+        committed = {name: r.get("snapshot_id") for name, r in results.items()}
+        self.kappa_lineage = Lineage(bf, source_tables(bf, plan.slices[0].snapshot_ids), target_tables(bf, committed))
         self.log.info("%s", summary(bf, plan, slice_results, self.report, results))
         self._record_asset_events(context, bf.cfg, bf.id, bf.params.start.isoformat(), bf.params.end.isoformat(), results)
         return results

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
 
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
+from airflow_provider_kappa.operators.lineage import KappaLineageMixin, Lineage, parent_job_conf, source_tables, staging_tables
+from airflow_provider_kappa.operators.links import KappaSparkLink, record_slice_links
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 _GAVE_UP = {"failed", "upstream_failed", "skipped", "removed"}
 
 
-class KappaSliceRunOperator(KappaBackfillBaseOperator):
+class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
     """Run one backfill slice: clear its staging tables, prepare its checkpoint, spark-submit
     the job with ``availableNow`` over the slice's read range at the pinned snapshots, and log
     rows read, micro-batches, watermark and duration (from Spark's event log).
@@ -27,6 +29,11 @@ class KappaSliceRunOperator(KappaBackfillBaseOperator):
     A sequential slice starts only after the slice before it succeeded: until then it waits
     (reschedule, freeing its worker slot), and it fails if that slice failed. Retrying or
     clearing a slice reruns it from the checkpoint kept at its start.
+
+    OpenLineage: inputs, the source tables at their pinned snapshots; outputs, the slice's staging
+    tables. With OpenLineage configured, the slice's Spark conf names this task's run as the
+    parent job (``spark.openlineage.parentJobName``, ``parentRunId``, …): the Spark application
+    of engine ``submit`` gets them; a Spark Connect session cannot set them (the server's own apply).
 
     Catalog properties (credentials) are written only to a 0600 file in a private temporary
     folder; the spark-submit command line carries only the application and a properties file.
@@ -41,6 +48,7 @@ class KappaSliceRunOperator(KappaBackfillBaseOperator):
 
     template_fields: Sequence[str] = (*KappaBackfillBaseOperator.template_fields, "slice_plan", "spark_conn_id")
     ui_color = "#fdf0d5"
+    operator_extra_links = (KappaSparkLink(),)
 
     def __init__(
         self,
@@ -67,16 +75,32 @@ class KappaSliceRunOperator(KappaBackfillBaseOperator):
         context["kappa_slice"] = sp.label  # type: ignore[typeddict-unknown-key]  # for map_index_template
         if not slice_ready(bf, sp):
             self._wait_for_previous(context, sp)
+        with fail_fast(f"{self.task_id}: Spark UI link"):
+            self.log.info("slice %s: Spark UI %s", sp.slice_id, record_slice_links(context, bf, sp.slice_id) or "(none)")
         for s in sp.stats:
             self.log.info("slice %s plans %s: %d files, ~%d rows, ~%d bytes", sp.slice_id, s.source, s.files, s.rows, s.bytes)
         with fail_fast(f"{self.task_id}: slice {sp.slice_id}"):
-            result = run_slice(bf, sp, spark_conn_id=self.spark_conn_id)
+            result = run_slice(
+                bf, sp, spark_conn_id=self.spark_conn_id, extra_conf=parent_job_conf(context, bf.cfg.job.spark_conf)
+            )
+        self.kappa_lineage = Lineage(bf, source_tables(bf, sp.snapshot_ids), staging_tables(bf, sp.slice_id))
         self.log.info(
             "slice %s (%d/%d) done: rows read %s, rows to sink %s, micro-batches %s, watermark %s, duration %.1fs",
             sp.slice_id, sp.index + 1, sp.count, result["rows_read"], result["rows_written"], result["batches"],
             result["watermark"] or "-", result["seconds"],
         )  # fmt: skip
         return result
+
+    def on_kill(self) -> None:
+        """The task is killed (marked failed or cleared while running, its timeout, SIGTERM): stop the
+        slice's Spark application, i.e. its spark-submit's process group, or its Spark Connect runner
+        and session (the query stops inside the server). A run not stopped here (the task's process
+        SIGKILLed) gets a parent-death signal; and the next attempt takes a new epoch that refuses
+        its commits either way."""
+        from airflow_provider_kappa.backfill.processes import stop_running
+
+        stopped = stop_running()
+        self.log.info("on_kill: stopped %s", stopped or "nothing (no Spark run in progress)")
 
     def _wait_for_previous(self, context: Context, sp: SlicePlan) -> None:
         """Reschedule until the previous slice succeeds; fail if it gave up."""

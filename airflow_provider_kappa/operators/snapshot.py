@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_provider_kappa.operators import PERMANENT_INPUT, KappaBackfillBaseOperator, fail_fast
+from airflow_provider_kappa.operators.lineage import KappaLineageMixin, Lineage, source_tables
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class KappaSnapshotOperator(KappaBackfillBaseOperator):
+class KappaSnapshotOperator(KappaLineageMixin, KappaBackfillBaseOperator):
     """First task of a backfill: checks every parameter (the checks a Params schema cannot make,
     such as ``end`` after ``start``, fail here before any Spark run), checks the tables and the
     application (:func:`~airflow_provider_kappa.backfill.checks.check_inputs`), locks the targets' window, then pins the current
@@ -18,6 +19,8 @@ class KappaSnapshotOperator(KappaBackfillBaseOperator):
     cannot remove it. A rerun with the same parameters reuses the tag's snapshot.
 
     XCom: ``{"backfill_id", "tag", "snapshot_ids": {source: id}, "params": {...}}`` (no credentials).
+
+    OpenLineage: inputs, the source tables at their pinned snapshots (:mod:`~airflow_provider_kappa.operators.lineage`).
 
     :param config_path: path of the job's kappa.yaml (templated).
     :param backfill_params: parameters (templated; default: the run's Params).
@@ -47,4 +50,5 @@ class KappaSnapshotOperator(KappaBackfillBaseOperator):
             snapshot_ids = snapshot(bf, retention=retention)
         for name, snap in snapshot_ids.items():
             self.log.info("source %s: snapshot %s pinned by tag %s", name, snap, bf.tag)
+        self.kappa_lineage = Lineage(bf, inputs=source_tables(bf, snapshot_ids))
         return {"backfill_id": bf.id, "tag": bf.tag, "snapshot_ids": snapshot_ids, "params": bf.params.to_dict()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
+from airflow_provider_kappa.operators.links import KappaReportLink, record_report_link
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -12,7 +13,9 @@ if TYPE_CHECKING:
 
 class KappaValidateOperator(KappaBackfillBaseOperator):
     """Compare each sink's staged rows (every slice of the plan) with the target's current rows
-    for ``[start, end)`` and log the report (match rate, counts per hour, sample differences).
+    for ``[start, end)`` and log the report (match rate, counts per hour, sample differences);
+    the HTML report is written beside the backfill's checkpoints and opened by the task's
+    **Backfill report** extra link (:mod:`airflow_provider_kappa.operators.links`).
 
     Fails (no retry) when a match rate is below ``min_match``, or when the backfill staged
     nothing for a window the target has rows in. XCom: sink -> ``ValidationReport.to_dict()``.
@@ -23,6 +26,7 @@ class KappaValidateOperator(KappaBackfillBaseOperator):
     """
 
     template_fields: Sequence[str] = (*KappaBackfillBaseOperator.template_fields, "plan")
+    operator_extra_links = (KappaReportLink(),)
 
     def __init__(self, *, plan: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -30,11 +34,14 @@ class KappaValidateOperator(KappaBackfillBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_kappa.backfill.finish import check_gate, validate
+        from airflow_provider_kappa.backfill.report import report_file
 
         bf = self.load_backfill(context)
         plan = self.load_plan(self.plan, bf, self.task_id)
         with fail_fast(f"{self.task_id}: validate"):
+            url = record_report_link(context, bf)  # config checked before the comparison
             reports = validate(bf, plan)
+            self.log.info("report: %s", url or report_file(bf.store()))
             for name, report in reports.items():
                 self.log.info("sink %s:\n%s", name, report.to_text())
             check_gate(bf, reports)

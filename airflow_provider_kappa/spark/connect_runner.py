@@ -2,6 +2,11 @@
 
 ``python -m airflow_provider_kappa.spark.connect_runner [--remote URL] --conf-file F --progress-file P APP [ARGS...]``
 
+``python -m airflow_provider_kappa.spark.connect_runner [--remote URL] --stop-session``: reattach to the
+session named by the URL's ``session_id`` parameter, stop its streaming queries, interrupt its
+operations and release it (a killed runner left them running in the server); exit 0, also when
+the session is already closed.
+
 1. opens a session on the Spark Connect server ``URL`` (default: ``$SPARK_REMOTE``, so a URL
    holding a token need not be on the command line);
 2. sets the run's session conf from ``F``, a JSON object ``{key: value}`` (the launcher writes it
@@ -122,13 +127,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m airflow_provider_kappa.spark.connect_runner")
     parser.add_argument("--remote", default=os.environ.get("SPARK_REMOTE"), help="sc://host:port (default $SPARK_REMOTE)")
-    parser.add_argument("--conf-file", required=True, type=Path)
-    parser.add_argument("--progress-file", required=True, type=Path)
-    parser.add_argument("application", type=Path)
+    parser.add_argument("--stop-session", action="store_true", help="end the URL's session_id session and exit")
+    parser.add_argument("--conf-file", type=Path)
+    parser.add_argument("--progress-file", type=Path)
+    parser.add_argument("application", type=Path, nargs="?")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if not args.remote:
         parser.error("no Spark Connect URL: give --remote or set SPARK_REMOTE")
+    if args.stop_session:
+        if ";session_id=" not in args.remote:
+            parser.error("--stop-session: the URL has no session_id parameter")
+        return stop_session(args.remote)
+    if args.conf_file is None or args.progress_file is None or args.application is None:
+        parser.error("--conf-file, --progress-file and the application are required")
     if not args.application.is_file():
         parser.error(f"application {str(args.application)!r} does not exist")
     conf = read_conf_file(args.conf_file)
@@ -158,6 +170,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         _stop(spark, listener)
     return code
+
+
+def stop_session(remote: str) -> int:
+    """Reattach to the session of ``remote`` (its ``session_id``), stop its streaming queries,
+    interrupt its operations and release it. 0 when done or when the session is already closed."""
+    from pyspark.sql import SparkSession
+
+    try:
+        spark = SparkSession.builder.remote(remote).create()
+        queries = list(spark.streams.active)
+    except Exception as e:  # noqa: BLE001 - a closed session is what we want; anything else is reported
+        if "SESSION_CLOSED" in str(e) or "SESSION_NOT_FOUND" in str(e):
+            print(f"connect_runner: session already closed ({type(e).__name__})")
+            return 0
+        raise
+    try:
+        for query in queries:
+            print(f"connect_runner: stopping streaming query {query.id} ({query.name})")
+            query.stop()
+        spark.interruptAll()
+    finally:
+        spark.stop()  # releases the session on the server
+    return 0
 
 
 def _interrupt(signum: int, frame: object) -> None:

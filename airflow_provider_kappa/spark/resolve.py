@@ -13,6 +13,7 @@ from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.datasource import SHORT_NAME, KappaIcebergDataSource
 from airflow_provider_kappa.spark.settings import (
     AVAILABLE_NOW,
+    LIVE,
     PREFIX,
     IcebergSourceSettings,
     KafkaSourceSettings,
@@ -123,6 +124,10 @@ def sink_writer_options(settings: RunSettings, sink: SinkSettings) -> dict[str, 
         opts["owns_end_micros"] = str(to_micros(sink.owns_end))
     if settings.backfill_id is not None:
         opts["backfill_id"] = settings.backfill_id
+    if settings.epoch is not None:
+        opts["epoch"] = settings.epoch
+    if settings.ledger is not None and settings.mode == LIVE:
+        opts["ledger"] = f"{settings.ledger.rstrip('/')}/{sink.name}"  # live: record the batches (spark/ledger.py)
     digest = hashlib.sha1(settings.checkpoint.encode()).hexdigest()[:12]
     opts["writer_id"] = f"{settings.job}/{sink.name}/{digest}"
     return opts

@@ -30,6 +30,11 @@ Keys (``<src>`` is the name the job passes to ``read_source``, ``<sink>`` to ``w
     spark.kappa.sink.<sink>.owns.start / .owns.end   time_column range this run owns (backfill)
     spark.kappa.sink.<sink>.slice         slice id stamped on staged commits (backfill)
     spark.kappa.backfill.id               backfill id (backfill)
+    spark.kappa.ledger                    the live ledger's folder; a sink's ledger is <it>/<sink>: live, the
+                                          sink records each micro-batch's Kafka offsets there; a backfill's
+                                          iceberg sources replay those micro-batches (spark/ledger.py)
+    spark.kappa.epoch                     the slice attempt's epoch (backfill): the writer commits only to
+                                          a staging table created for that epoch (docs/sink.md, fencing)
 """
 
 from __future__ import annotations
@@ -112,6 +117,8 @@ class RunSettings:
     max_misalignment_threshold: timedelta | None = None
     backfill_id: str | None = None
     catalogs_file: str | None = None
+    epoch: str | None = None
+    ledger: str | None = None
 
     def source(self, name: str) -> IcebergSourceSettings | KafkaSourceSettings:
         """The settings of source ``name`` or a clear error listing what is configured."""
@@ -240,16 +247,39 @@ def load_settings(conf: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> 
         else parse_duration(threshold, f"{PREFIX}max_misalignment_threshold"),
         backfill_id=kv.get("backfill.id"),
         catalogs_file=kv.get("catalogs.file"),
+        epoch=kv.get("epoch") or None,
+        ledger=kv.get("ledger") or None,
     )
+
+
+def _local_or_shipped(path: str) -> Path:
+    """``path`` when it exists here, else its copy shipped with the application: in this Spark
+    process's ``SparkFiles`` folder (``spark.files``: standalone, Kubernetes, local), else in the
+    working directory (YARN localizes ``spark.files`` into each container's)."""
+    local = Path(path)
+    if local.exists():
+        return local
+    from pyspark import SparkFiles
+
+    # SparkFiles.get needs a SparkContext (driver) or a worker's files folder (executor); pyspark has
+    # no public test for either, so its two class attributes are read.
+    if SparkFiles._is_running_on_worker or SparkFiles._sc is not None:
+        shipped = Path(SparkFiles.get(local.name))
+        if shipped.exists():
+            return shipped
+    in_cwd = Path.cwd() / local.name
+    return in_cwd if in_cwd.exists() else local
 
 
 def read_catalogs_file(path: str) -> dict[str, dict[str, str]]:
     """Read the catalogs file a launcher wrote (JSON ``{catalog: {prop: value}}``).
 
-    :param path: the file named by ``spark.kappa.catalogs.file``.
+    :param path: the file named by ``spark.kappa.catalogs.file``; where that path is not this machine's
+        (a driver or executor on a cluster), the copy shipped with the application in ``spark.files``
+        (``SparkFiles``, :mod:`airflow_provider_kappa.backfill.submit_args`).
     """
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(_local_or_shipped(path).read_text())
     except (OSError, ValueError) as e:
         raise KappaConfigError(f"{PREFIX}catalogs.file: {path!r} cannot be read as JSON: {e}") from e
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):

@@ -15,6 +15,15 @@ replay's freshly written files are deleted and nothing is committed. Empty batch
 commit nothing. A failed batch (``abort``) deletes the files its tasks wrote, unless the
 batch is in the table (Spark also aborts when ``commit`` raised after the Iceberg commit).
 
+Fencing (backfill): a slice attempt's run carries its epoch (writer option ``epoch``, from
+``spark.kappa.epoch``). When the query starts, the writer takes the staging table only if it was
+created for that epoch (``staging.fenced_staging_table``) and remembers its Iceberg table UUID.
+Every commit reloads the table and refuses (:class:`KappaSupersededError`, deleting the batch's
+files) when the table is gone, holds another epoch or is another table of the same name (a newer
+attempt purged and recreated it); pyiceberg asserts the table UUID in the commit itself, so a
+recreation between that check and the commit makes the commit conflict, and the retry refuses.
+Snapshots carry ``kappa.epoch``; :meth:`already_committed` counts only those of the run's epoch.
+
 Output modes: ``append`` only. Spark refuses ``update`` for this sink before the first
 batch ("does not support Update mode"); ``complete`` reaches the writer as
 ``overwrite=True`` and is refused here with a :class:`KappaSinkError`.
@@ -43,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSupersededError
 from airflow_provider_kappa.spark.catalog import ensure_namespace
 
 if TYPE_CHECKING:
@@ -60,6 +69,7 @@ QUERY_ID = "kappa.query-id"
 BATCH_ID = "kappa.batch-id"
 SLICE = "kappa.slice"
 BACKFILL_ID = "kappa.backfill-id"
+EPOCH = "kappa.epoch"
 FAIL_AFTER_COMMIT_BATCH = "fail_after_commit_batch"
 COMMIT_ATTEMPTS = 10
 
@@ -124,6 +134,8 @@ class SinkOptions:
     fail_after_commit_batch: int | None = None
     owns_start_micros: int | None = None
     owns_end_micros: int | None = None
+    epoch: str | None = None
+    ledger: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -153,6 +165,8 @@ class SinkOptions:
             fail_after_commit_batch=fail_batch,
             owns_start_micros=_micros_option(opts, "owns_start_micros"),
             owns_end_micros=_micros_option(opts, "owns_end_micros"),
+            epoch=opts.get("epoch") or None,
+            ledger=opts.get("ledger") or None,
         )
 
 
@@ -183,10 +197,20 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
 
         # what locates the catalog: its name, inline (non-secret) properties, the catalogs file's path
         self._catalog_options = {k: str(options[k]) for k in ("catalog", "catalog_properties", "catalogs_file") if k in options}
-        table = _writable_table(catalog_from_options(self._catalog_options), self._opts, schema)
+        catalog = catalog_from_options(self._catalog_options)
+        self._superseded: KappaSupersededError | None = None
+        try:
+            table = _writable_table(catalog, self._opts, schema)
+        except KappaSupersededError as e:
+            # Spark builds a writer for each commit and abort too: the abort of a superseded run must
+            # still delete the files its tasks wrote, so write() and commit() raise this, not __init__.
+            self._superseded = e
+            self._io_properties: dict[str, str] = dict(catalog.properties)
+            return
         check_schema(schema, table, self._opts.table)
+        self._table_uuid = str(table.metadata.table_uuid)
         self._metadata: TableMetadata = table.metadata
-        self._io_properties: dict[str, str] = dict(table.io.properties)
+        self._io_properties = dict(table.io.properties)
         self._arrow_schema: pa.Schema = table.schema().as_arrow()
         self._query_id = read_query_id(self._opts.checkpoint)
 
@@ -197,6 +221,8 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         from pyiceberg.io import load_file_io
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
+        if self._superseded is not None:
+            raise self._superseded
         batches = [b for b in iterator if b.num_rows]
         if not batches:
             return KappaCommitMessage()
@@ -243,14 +269,23 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
 
         from airflow_provider_kappa.spark.catalog import catalog_from_options, load_table
 
+        if self._opts.ledger and self._opts.checkpoint:
+            # live: the batch's Kafka offsets into the live ledger before the batch is committed
+            # anywhere, so every batch Spark commits has its entry (docs/landing.md, exact replay)
+            from airflow_provider_kappa.spark.ledger import record_batch
+
+            record_batch(self._opts.checkpoint, self._opts.ledger, batchId)
         files = [f for m in messages if isinstance(m, KappaCommitMessage) for f in m.files]
+        if self._superseded is not None:
+            _delete_files(self._io_properties, files)
+            raise self._superseded
         if not files:
             return
         catalog = catalog_from_options(self._catalog_options)
         props = self._summary(batchId)
         last: Exception | None = None
         for _ in range(COMMIT_ATTEMPTS):
-            table = load_table(catalog, self._opts.table)
+            table = self._fenced(catalog, files, batchId) if self._opts.epoch else load_table(catalog, self._opts.table)
             stale = {f.spec_id for f in files} - {table.metadata.default_spec_id}
             if stale:
                 _delete(table, files)
@@ -293,7 +328,16 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         files = [f for m in messages if isinstance(m, KappaCommitMessage) for f in m.files]
         if not files:
             return
-        table = load_table(catalog_from_options(self._catalog_options), self._opts.table)
+        if self._superseded is not None:
+            _delete_files(self._io_properties, files)
+            return
+        if self._opts.epoch:
+            try:
+                table = self._fenced(catalog_from_options(self._catalog_options), files, batchId)
+            except KappaSupersededError:
+                return  # superseded: _fenced deleted the files (no table of this run holds them)
+        else:
+            table = load_table(catalog_from_options(self._catalog_options), self._opts.table)
         if self.already_committed(table, batchId):
             log.warning(
                 "kappa_iceberg: abort of batch %s of writer %s, which is committed to %s: keeping its files",
@@ -311,7 +355,7 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         snapshot = table.current_snapshot()
         while snapshot is not None:
             summary = snapshot.summary
-            if summary is not None and summary.get(WRITER_ID) == self._opts.writer_id:
+            if summary is not None and summary.get(WRITER_ID) == self._opts.writer_id and summary.get(EPOCH) == self._opts.epoch:
                 theirs = summary.get(QUERY_ID)
                 if self._query_id and theirs and theirs != self._query_id:
                     return False  # an earlier incarnation of the checkpoint: nothing of this query yet
@@ -320,8 +364,29 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
             snapshot = None if parent is None else table.snapshot_by_id(parent)
         return False
 
+    def _fenced(self, catalog: Catalog, files: Sequence[WireDataFile], batch_id: int) -> Table:
+        """The staging table, freshly loaded, if this run's epoch still owns it; else delete
+        ``files`` and raise :class:`KappaSupersededError`."""
+        from airflow_provider_kappa.spark.staging import fenced_staging_table
+
+        assert self._opts.epoch is not None
+        try:
+            table = fenced_staging_table(catalog, self._opts.table, self._opts.epoch)
+            if str(table.metadata.table_uuid) != self._table_uuid:
+                raise KappaSupersededError(
+                    f"staging table {self._opts.table!r} was recreated (table UUID {table.metadata.table_uuid}, "
+                    f"this run started on {self._table_uuid}): the run of epoch {self._opts.epoch!r} was superseded"
+                )
+        except KappaSupersededError as e:
+            _delete_files(self._io_properties, files)
+            log.error("kappa_iceberg: batch %s of writer %s not committed: %s", batch_id, self._opts.writer_id, e)
+            raise
+        return table
+
     def _summary(self, batch_id: int) -> dict[str, str]:
         props = {WRITER_ID: self._opts.writer_id, BATCH_ID: str(batch_id)}
+        if self._opts.epoch:
+            props[EPOCH] = self._opts.epoch
         if self._query_id:
             props[QUERY_ID] = self._query_id
         if self._opts.slice_id:
@@ -347,6 +412,18 @@ def _delete(table: Table, files: Sequence[WireDataFile]) -> None:
     for wire in files:
         try:
             table.io.delete(wire.file_path)
+        except FileNotFoundError:
+            log.info("kappa_iceberg: uncommitted data file %s was already deleted", wire.file_path)
+
+
+def _delete_files(io_properties: Mapping[str, str], files: Sequence[WireDataFile]) -> None:
+    """Delete a refused batch's data files with a FileIO of ``io_properties`` (its table may be gone)."""
+    from pyiceberg.io import load_file_io
+
+    io = load_file_io(dict(io_properties), files[0].file_path if files else None)
+    for wire in files:
+        try:
+            io.delete(wire.file_path)
         except FileNotFoundError:
             log.info("kappa_iceberg: uncommitted data file %s was already deleted", wire.file_path)
 
@@ -380,8 +457,10 @@ def _writable_table(catalog: Catalog, opts: SinkOptions, schema: StructType) -> 
     from pyiceberg.exceptions import NoSuchTableError
 
     if opts.mode == "backfill":
-        from airflow_provider_kappa.spark.staging import ensure_staging_table
+        from airflow_provider_kappa.spark.staging import ensure_staging_table, fenced_staging_table
 
+        if opts.epoch:  # the launcher created the table for this epoch; a run it no longer owns stops here
+            return fenced_staging_table(catalog, opts.table, opts.epoch)
         return ensure_staging_table(catalog, opts.target_table, opts.table)
     try:
         return catalog.load_table(opts.table)

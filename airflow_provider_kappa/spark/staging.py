@@ -12,6 +12,13 @@ deletes its metadata and only the data files that no snapshot of the target refe
 (files of an unpublished attempt), never a file the target still reads. Files the target
 stops referencing are then the target's own garbage, removed by its snapshot expiry.
 
+Fencing: each attempt of a slice takes a new epoch (``CheckpointStore.new_epoch``) and clears
+the slice with it: the recreated table carries it as property ``kappa.epoch`` from its creation
+(:func:`clear_slice`). A run's writer commits only to a table holding its own epoch, and only to
+the table (its Iceberg table UUID) it checked when it started (:func:`fenced_staging_table`; every
+pyiceberg commit asserts the table UUID), so a run superseded by a newer attempt can no longer
+commit anything, even into the recreated table of the same name.
+
 Names: ``<namespace>.<target>__<backfill>_<hash8>__<slice>``, each part lower-cased and
 reduced to ``[a-z0-9_]`` (runs of ``_`` collapsed, so ``__`` only separates parts). The
 8-hex hash is of the raw target and backfill id: two backfills whose sanitized names
@@ -27,7 +34,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
-from airflow_provider_kappa.exceptions import KappaSinkError
+from airflow_provider_kappa.exceptions import KappaConcurrencyError, KappaSinkError, KappaSupersededError
 from airflow_provider_kappa.spark.catalog import ensure_namespace
 
 if TYPE_CHECKING:
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
 DEFAULT_NAMESPACE = "kappa_staging"
 TARGET_PROPERTY = "kappa.target-table"
 PUBLISHED_PROPERTY = "kappa.published-to"
+EPOCH_PROPERTY = "kappa.epoch"
 _SEP = "__"
 
 
@@ -70,15 +78,18 @@ def staging_table_name(target_table: str, backfill_id: str, slice_id: str, names
     return f"{_check_namespace(namespace)}.{_prefix(target_table, backfill_id)}{_sanitize(slice_id, 'slice id')}"
 
 
-def ensure_staging_table(catalog: Catalog, target_table: str, staging_table: str) -> Table:
+def ensure_staging_table(catalog: Catalog, target_table: str, staging_table: str, epoch: str | None = None) -> Table:
     """Return the staging table, creating it (and its namespace) like the target if absent.
 
     :param catalog: the pyiceberg catalog holding both tables.
     :param target_table: the sink's target table; its schema, partition spec, sort order
         and format version are copied.
     :param staging_table: the staging identifier (see :func:`staging_table_name`).
+    :param epoch: the slice attempt's epoch, recorded (property ``kappa.epoch``) on a table
+        created here; a table that exists with another epoch is refused.
     :raises KappaSinkError: if the target does not exist, or the staging table exists with
         another schema or partition spec (clear the slice to recreate it).
+    :raises KappaConcurrencyError: the table exists with another epoch (another attempt created it).
     """
     from pyiceberg.exceptions import NoSuchTableError
 
@@ -94,15 +105,20 @@ def ensure_staging_table(catalog: Catalog, target_table: str, staging_table: str
     try:
         staged = catalog.load_table(staging_table)
     except NoSuchTableError:
-        return catalog.create_table_if_not_exists(
+        properties = {"format-version": str(target.format_version), TARGET_PROPERTY: target_table}
+        if epoch is not None:
+            properties[EPOCH_PROPERTY] = epoch
+        staged = catalog.create_table_if_not_exists(
             staging_table,
             schema=target.schema(),
             partition_spec=target.spec(),
             sort_order=target.sort_order(),
-            properties={
-                "format-version": str(target.format_version),
-                TARGET_PROPERTY: target_table,
-            },
+            properties=properties,
+        )
+    if epoch is not None and staged.properties.get(EPOCH_PROPERTY) != epoch:
+        raise KappaConcurrencyError(
+            f"staging table {staging_table!r} was created for epoch {staged.properties.get(EPOCH_PROPERTY)!r}, "
+            f"not {epoch!r}: another attempt of the same slice cleared it at the same time; run one attempt at a time"
         )
     if not _same_shape(staged, target):
         raise KappaSinkError(
@@ -123,7 +139,7 @@ def _same_shape(staged: Table, target: Table) -> bool:
     return fields(staged) == fields(target) and spec(staged) == spec(target)
 
 
-def clear_slice(catalog: Catalog, target_table: str, staging_table: str) -> None:
+def clear_slice(catalog: Catalog, target_table: str, staging_table: str, epoch: str | None = None) -> None:
     """Remove whatever an earlier attempt of a slice staged: purge its table and recreate it empty.
     Data files a publish committed into the target by reference stay (the target owns them).
 
@@ -132,9 +148,38 @@ def clear_slice(catalog: Catalog, target_table: str, staging_table: str) -> None
     :param catalog: the pyiceberg catalog.
     :param target_table: the sink's target table (the shape to recreate).
     :param staging_table: the slice's staging table.
+    :param epoch: the new attempt's epoch, recorded on the recreated table: from then on only a run
+        of that epoch can commit to it (:func:`fenced_staging_table`).
     """
     _purge_if_exists(catalog, staging_table)
-    ensure_staging_table(catalog, target_table, staging_table)
+    ensure_staging_table(catalog, target_table, staging_table, epoch)
+
+
+def fenced_staging_table(catalog: Catalog, staging_table: str, epoch: str) -> Table:
+    """The staging table a run of epoch ``epoch`` may commit to, loaded fresh.
+
+    :param catalog: the pyiceberg catalog.
+    :param staging_table: the slice's staging table.
+    :param epoch: the run's epoch (``spark.kappa.epoch``).
+    :raises KappaSupersededError: the table is gone (a newer attempt is clearing it, or the backfill
+        was cleaned up) or was created for another epoch: a newer attempt of the slice superseded this run.
+    """
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        table = catalog.load_table(staging_table)
+    except NoSuchTableError as e:
+        raise KappaSupersededError(
+            f"staging table {staging_table!r} is gone: the run of epoch {epoch!r} was superseded by a newer "
+            "attempt of its slice (or the backfill was cleaned up); it commits nothing more"
+        ) from e
+    current = table.properties.get(EPOCH_PROPERTY)
+    if current != epoch:
+        raise KappaSupersededError(
+            f"staging table {staging_table!r} belongs to epoch {current!r}: the run of epoch {epoch!r} was "
+            "superseded by a newer attempt of its slice; it commits nothing more"
+        )
+    return table
 
 
 def mark_published(staging: Table, target_table: str) -> None:
@@ -239,3 +284,34 @@ def drop_staging(catalog: Catalog, target_table: str, backfill_id: str, namespac
         if _purge_if_exists(catalog, identifier):
             dropped.append(identifier)
     return dropped
+
+
+def staging_backfills(catalog: Catalog, target_table: str, namespace: str = DEFAULT_NAMESPACE) -> dict[str, list[str]]:
+    """Every backfill of ``target_table`` that has a staging table, from the catalog listing
+    (``kappa cleanup`` finds leftovers by it): the backfill id is read back from each name and
+    checked against the name's hash, so a table of another target whose sanitized name collides
+    is left out.
+
+    :param catalog: the pyiceberg catalog.
+    :param target_table: the sink's target table.
+    :param namespace: the staging namespace.
+    :return: backfill id -> its staging identifiers ``namespace.table``, sorted; empty if the
+        namespace does not exist.
+    """
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    head = _sanitize(target_table, "target table") + _SEP
+    try:
+        listed = catalog.list_tables(_check_namespace(namespace))
+    except NoSuchNamespaceError:
+        return {}
+    found: dict[str, list[str]] = {}
+    for ident in listed:
+        name = ident[-1]
+        parts = name[len(head) :].split(_SEP) if name.startswith(head) else []
+        if len(parts) != 2 or len(parts[0]) < 10:
+            continue
+        backfill_id = parts[0][:-9]  # "<backfill>_<hash8>"
+        if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", backfill_id) and _prefix(target_table, backfill_id) == f"{head}{parts[0]}{_SEP}":
+            found.setdefault(backfill_id, []).append(f"{namespace}.{name}")
+    return {k: sorted(v) for k, v in sorted(found.items())}

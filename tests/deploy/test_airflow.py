@@ -264,7 +264,7 @@ def test_a_cleared_slice_reruns_and_the_table_stays_exactly_correct(
 ) -> None:
     run_id = conn_run["run_id"]
     assert sorted((t["task_id"], t["map_index"]) for t in cleared["cleared"]) == [
-        ("publish", -1), ("slice_sequential", 0), ("validate", -1),
+        ("cleanup", -1), ("publish", -1), ("slice_sequential", 0), ("validate", -1),
     ], cleared["cleared"]  # fmt: skip
     require_success(client, CONN_DAG, run_id, cleared["done"])
     after = states_of(client, CONN_DAG, run_id)

@@ -6,6 +6,10 @@
 - A real ``kappa backfill --mode parallel`` of the example playback-sessions job submits its
   slices to the cluster; a worker is SIGKILLed while a micro-batch of a slice runs, and the
   published table is exactly the correct rows.
+- kappa's launcher (``backfill.submit``) on the cluster: executors run a packed virtualenv shipped
+  through ``spark.archives`` (``job.python_archive``), not the driver machine's venv; the platform's
+  spark-defaults are kept; ``job.env`` reaches the driver and executors; the catalogs file is shipped
+  with the application and read through SparkFiles; the event log goes to the user's folder.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sessions_
 import airflow_provider_kappa
 
 from servers import ServerProcess, wait_until
-from servers.spark_cluster import SparkCluster, client_conf, spark_cluster
+from servers.spark_cluster import SparkCluster, client_conf, packed_venv, spark_cluster
 
 # One task per partition; each task sleeps so that a worker can be killed while tasks run.
 JOB = textwrap.dedent(
@@ -206,3 +210,118 @@ def test_parallel_backfill_on_the_cluster_survives_a_killed_worker(cluster: Spar
     diff = sorted(set(got) ^ set(expected), key=repr)
     assert got == expected, [("published only" if r in got else "expected only", r) for r in diff]
     print(f"parallel backfill on the cluster finished in {elapsed:.1f}s")
+
+
+# Reports, from every executor and from the driver, which Python runs and what it sees.
+PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    from pyspark.sql import SparkSession
+
+    out = sys.argv[1]
+    spark = SparkSession.builder.getOrCreate()
+
+    def seen():
+        import airflow_provider_kappa
+        from airflow_provider_kappa.spark.settings import read_catalogs_file
+
+        return {
+            "python": sys.executable, "prefix": sys.prefix, "package": airflow_provider_kappa.__file__,
+            "cwd": os.getcwd(), "from_defaults": os.environ.get("KAPPA_FROM_DEFAULTS"),
+            "job_env": os.environ.get("KAPPA_JOB_ENV"),
+            # a path no process here has: only the copy shipped with the application can answer
+            "catalogs": read_catalogs_file("/not-on-this-machine/catalogs.json"),
+        }
+
+    executors = spark.sparkContext.parallelize(range(4), 4).mapPartitions(lambda rows: [seen()]).collect()
+
+    # A Python data source, as kappa_iceberg, is planned in a Python worker of the driver: the same
+    # spark.pyspark.python as executors. Its schema names the planner's environment. (Reading it on
+    # executors would need pyarrow in the archive: a real job's archive holds it, this small one not.)
+    from pyspark.sql.datasource import DataSource
+
+    class Probe(DataSource):
+        @classmethod
+        def name(cls):
+            return "kappa_probe"
+
+        def schema(self):
+            return f"`{sys.prefix}` string"
+
+    spark.dataSource.register(Probe)
+    source = {"planner": spark.read.format("kappa_probe").load().columns[0]}
+    with open(out, "w") as fh:
+        json.dump({"executors": executors, "driver": seen(), "source": source}, fh)
+    spark.stop()
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def python_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small packed virtualenv executors run (built once per session)."""
+    t0 = time.monotonic()
+    archive = packed_venv(tmp_path_factory.mktemp("packed-venv"))
+    print(f"packed venv built in {time.monotonic() - t0:.2f}s: {archive.stat().st_size} bytes")
+    return archive
+
+
+def test_launcher_ships_a_packed_venv_the_catalogs_and_keeps_defaults_env_and_event_log(
+    cluster: SparkCluster, python_archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_kappa.backfill.progress import event_log_conf
+    from airflow_provider_kappa.backfill.submit import submit
+
+    secret = f"kappa-planted-{time.time_ns()}"
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    catalogs = private / "catalogs.json"
+    catalogs.write_text(json.dumps({"lake": {"type": "sql", "credential": secret}}))
+    catalogs.chmod(0o600)
+    conf_dir = tmp_path / "spark-conf"  # the platform's spark-defaults.conf
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("spark.executorEnv.KAPPA_FROM_DEFAULTS  defaults-kept\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    history = tmp_path / "history"  # the user's spark.eventLog.dir
+    history.mkdir()
+    conf = {k: v for k, v in client_conf().items() if "python" not in k.lower()}  # Python: from the archive
+    conf.update(
+        {
+            "spark.kappa.catalogs.file": str(catalogs),
+            "spark.kappa.submit.python_archive": str(python_archive),
+            "spark.kappa.submit.env.KAPPA_JOB_ENV": "from-job-env",
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": history.as_uri(),
+            **event_log_conf(private / "events"),
+        }
+    )
+    app = tmp_path / "probe.py"
+    app.write_text(PROBE)
+    out = tmp_path / "seen.json"
+    props = private / "spark.properties"
+    t0 = time.monotonic()
+    submit(app, conf, properties_file=props, name="kappa-packed-venv", master=cluster.master_url,
+           class_data_sharing=False, application_args=[str(out)])  # fmt: skip
+    print(f"packed-venv probe on the cluster took {time.monotonic() - t0:.1f}s")
+    seen = json.loads(out.read_text())
+    workers = {str(cluster.worker_dir(i)) for i in range(cluster.workers)}
+    for ex in seen["executors"]:
+        # the unpacked archive in the executor's work dir, not the driver machine's venv
+        assert ex["prefix"].endswith("/kappa_env") and ex["prefix"].startswith(ex["cwd"]), ex
+        assert str(Path(ex["cwd"]).parents[1]) in workers, ex
+        assert ex["python"] != sys.executable and ex["package"].startswith(ex["prefix"] + "/lib/"), ex
+        assert (ex["from_defaults"], ex["job_env"]) == ("defaults-kept", "from-job-env"), ex
+        assert ex["catalogs"] == {"lake": {"type": "sql", "credential": secret}}, ex
+    # the driver's Python workers run ./kappa_env/bin/python too: there, the link to this machine's venv
+    assert Path(seen["source"]["planner"]).resolve() == Path(sys.prefix).resolve(), seen["source"]
+    driver = seen["driver"]
+    assert driver["python"] == sys.executable and driver["job_env"] == "from-job-env", driver  # client mode: here
+    assert driver["catalogs"]["lake"]["credential"] == secret
+    # the credential is in the shipped catalogs file only, not in the properties file (0600), which holds
+    # the whole conf (spark-submit's command line holds only paths: test_airflow.py samples /proc for it)
+    assert secret not in props.read_text() and props.stat().st_mode & 0o077 == 0
+    # the event log went to the user's folder (Spark 4 writes a rolling log: a folder per application)
+    ours = [p for p in history.rglob("events_*") if '"spark.kappa.run.id"' in p.read_text(errors="replace")]
+    assert len(ours) == 1, sorted(history.rglob("*"))
+    # and the launcher found this run's log there by its run id (an RDD job: no streaming progress in it)
+    assert [p.name for p in (private / "events").iterdir()] == [ours[0].parent.name]

@@ -2,8 +2,10 @@
 
 The deployment serves the repo's example DAGs (``dags/``). Chromium logs in through the login
 form, opens the backfill DAG's trigger form, and the screenshot (saved under the test's tmp
-folder, never committed) shows every backfill Param; a bad value typed into the form is refused
-with the reason when the form is submitted.
+folder, never committed) shows every backfill Param by its title, the basic ones in the form's
+first section and the advanced ones in its "Advanced" section. Start and end are date-time
+pickers: a date and time picked there reach the trigger request as UTC timestamps; a bad value
+typed into the form is refused with the reason when the form is submitted, and creates no run.
 """
 
 from __future__ import annotations
@@ -12,18 +14,19 @@ import json
 import struct
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
+from airflow_provider_kappa.backfill.params import BY_NAME, PARAMS
 from servers.airflow_server import AirflowClient, AirflowDeployment, airflow_deployment
 from servers.browser import Chromium, Page, headless_chromium, login_airflow
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "kappa_backfill_rmi"
-BASIC = ["start", "end", "sources", "mode", "dry_run", "publish", "min_match"]
-ADVANCED = ["slice", "max_misalignment_threshold", "warmup", "tail"]  # the form's "Advanced" section
-FORM = "Run Parameters"  # text of the trigger dialog's Params section
+BASIC = [p.label for p in PARAMS if p.section == "basic"]  # the form's first section, open at first
+ADVANCED = [p.label for p in PARAMS if p.section == "advanced"]  # its "Advanced" section
+FORM = "Run Parameters"  # text of the trigger dialog's first Params section
 WINDOW = (1280, 2400)  # tall enough for a whole section of the form in one screenshot
 
 
@@ -58,7 +61,7 @@ def open_trigger_form(browser: Chromium, airflow: AirflowDeployment) -> Page:
     page.wait_for_text("Trigger")
     page.click(text="Trigger")
     page.wait_for(
-        f"[...document.querySelectorAll('[role=dialog]')].some(d => d.innerText.includes('{FORM}') && d.innerText.includes('min_match'))",
+        f"[...document.querySelectorAll('[role=dialog]')].some(d => d.innerText.includes('{FORM}') && d.innerText.includes({json.dumps(BASIC[-1])}))",
         what="the trigger form with its Params",
     )
     return page
@@ -103,17 +106,91 @@ def test_trigger_form_screenshot_shows_every_param(browser: Chromium, airflow: A
         print(f"screenshot: {shot}")
 
 
-def test_bad_value_typed_in_the_form_is_refused_with_the_reason(
+def field(label: str) -> str:
+    """JavaScript: the trigger form's field (its ``[role=group]``) whose label reads ``label``."""
+    return (
+        "[...document.querySelectorAll('[role=dialog] [role=group]')].find(g => { const l = g.querySelector('label'); "
+        f"return l && l.childNodes[0] && l.childNodes[0].textContent.trim() === {json.dumps(label)}; }})"
+    )
+
+
+def pick(page: Page, label: str, date: str, hhmm: str) -> str:
+    """Pick a date (``YYYY/MM/DD``) and a time (``HH:mm``) in the date-time picker of the field
+    ``label``, as a person types them into the picker's popover; return what the field shows."""
+    picker = f"{field(label)}.querySelector('[data-testid=datetime-input]')"
+    page.evaluate(f"{picker}.click()")
+    popover = "document.querySelector('[data-scope=popover][data-part=content][data-state=open]')"
+    page.wait_for(f"{popover} && {popover}.querySelectorAll('input').length === 2", what=f"the picker of {label}")
+    page.evaluate(
+        f"""(() => {{
+        const [d, t] = {popover}.querySelectorAll('input');
+        for (const [el, v] of [[d, {json.dumps(date)}], [t, {json.dumps(hhmm)}]]) {{
+            el.focus();
+            Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value').set.call(el, v);
+            el.dispatchEvent(new Event('input', {{bubbles: true}}));
+            el.dispatchEvent(new Event('change', {{bubbles: true}}));
+            el.blur();
+        }}
+        document.dispatchEvent(new KeyboardEvent('keydown', {{key: 'Escape', bubbles: true}}));
+    }})()"""
+    )
+    page.wait_for(f"!{popover}", what=f"the picker of {label} closed")
+    return str(page.evaluate(f"{picker}.innerText.trim()"))
+
+
+def record_requests(page: Page) -> None:
+    """Keep the body of every XHR/fetch the page sends from now on (``window.__sent``)."""
+    page.evaluate(
+        """(() => {
+        window.__sent = [];
+        const send = XMLHttpRequest.prototype.send;
+        XMLHttpRequest.prototype.send = function (body) { window.__sent.push(body); return send.call(this, body); };
+        const fetch0 = window.fetch;
+        window.fetch = (url, init) => { window.__sent.push(init && init.body); return fetch0(url, init); };
+    })()"""
+    )
+
+
+def trigger_button_enabled(page: Page) -> bool:
+    return bool(
+        page.evaluate(
+            f"[...document.querySelectorAll('[role=dialog] button')].some(b => b.innerText.trim() === 'Trigger' && !b.disabled "
+            f"&& b.closest('[role=dialog]').innerText.includes({json.dumps(FORM)}))"
+        )
+    )
+
+
+def test_start_and_end_are_date_time_pickers_and_a_bad_value_is_refused(
     browser: Chromium, airflow: AirflowDeployment, client: AirflowClient, tmp_path: Path
 ) -> None:
     runs_before = client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns").json()["total_entries"]
     page = open_trigger_form(browser, airflow)
-    page.fill("#element_start", "2026-11-01T00:00:00")  # naive: no offset
-    page.fill("#element_end", "2026-11-01T03:00:00+00:00")
+    start, end = BY_NAME["start"].label, BY_NAME["end"].label
+    for label in (start, end):
+        kinds = page.evaluate(
+            f"(() => {{ const f = {field(label)}; return f && [f.querySelectorAll('[data-testid=datetime-input]').length, "
+            "f.querySelectorAll('input, textarea').length, f.innerText]; })()"
+        )
+        assert kinds is not None, f"no field labelled {label!r}:\n{page.dialog_text(FORM)}"
+        pickers, text_inputs, text = kinds
+        assert (pickers, text_inputs) == (1, 0), f"{label}: expected a date-time picker and no text box: {kinds}"
+        assert "Select date and time" in text and "This field is required" in text, text
+    assert not trigger_button_enabled(page), "the form must not trigger while start and end are empty"
+
+    assert pick(page, start, "2026/11/01", "01:00") == "Nov 01, 2026 01:00"
+    assert pick(page, end, "2026/11/01", "03:00") == "Nov 01, 2026 03:00"
+    page.screenshot(tmp_path / "trigger-picked.png", full_page=False)
+    open_advanced(page)
+    page.fill("#element_slice", "0s")  # a slice must be positive
+    record_requests(page)
     page.click(text="Trigger", within=FORM)
-    page.wait_for_text("Invalid input for param start")
+    page.wait_for_text("Invalid input for param slice")
     page.screenshot(tmp_path / "trigger-refused.png", full_page=False)
     text = page.dialog_text(FORM) or ""
-    assert "400 Bad Request" in text and "'2026-11-01T00:00:00' does not match" in text, text
+    assert "400 Bad Request" in text and "'0s' does not match" in text, text
+    sent: list[Any] = [json.loads(b) for b in page.evaluate("window.__sent") if isinstance(b, str) and '"conf"' in b]
+    assert len(sent) == 1, sent
+    conf = sent[0]["conf"]
+    assert (conf["start"], conf["end"], conf["slice"]) == ("2026-11-01T01:00:00.000Z", "2026-11-01T03:00:00.000Z", "0s")
     after = client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns").json()["total_entries"]
     assert after == runs_before, "a refused trigger must not create a dag run"

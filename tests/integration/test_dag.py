@@ -42,7 +42,7 @@ def test_example_dags_have_the_backfill_shape_and_params(lake: Path) -> None:
         assert dag.dag_id == f"kappa_backfill_{name}"
         assert dag.schedule is None and dag.max_active_runs == 1
         assert set(dag.task_dict) == {
-            "snapshot", "plan", "mode", "slice_sequential", "slice_parallel", "validate", "publish",
+            "snapshot", "plan", "mode", "slice_sequential", "slice_parallel", "validate", "publish", "cleanup",
             "connect_server_start", "connect_server_stop",  # engine connect without job.connect: a local server
         }  # fmt: skip
         assert dag.task_dict["connect_server_start"].is_setup and dag.task_dict["connect_server_stop"].is_teardown
@@ -51,11 +51,13 @@ def test_example_dags_have_the_backfill_shape_and_params(lake: Path) -> None:
         assert dag.task_dict["mode"].downstream_task_ids == {"slice_sequential", "slice_parallel"}
         assert dag.task_dict["validate"].upstream_task_ids >= {"slice_sequential", "slice_parallel"}
         assert dag.task_dict["publish"].upstream_task_ids >= {"validate"}
+        assert dag.task_dict["cleanup"].upstream_task_ids == {"publish", "connect_server_stop"}
+        assert dag.task_dict["cleanup"].trigger_rule == "none_failed"
         assert dag.task_dict["slice_sequential"].max_active_tis_per_dagrun == 1
         assert dag.task_dict["slice_parallel"].max_active_tis_per_dagrun == 4
         assert list(dag.params) == [
             "start", "end", "sources", "slice", "max_misalignment_threshold", "warmup", "tail", "mode", "dry_run",
-            "publish", "min_match",
+            "publish", "min_match", "allow_open_end",
         ]  # fmt: skip
         sources_param = dag.params.get_param("sources")
         assert sources_param.value == sources and sources_param.schema["examples"] == sources
@@ -221,7 +223,9 @@ def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_ass
     expected = seed_sessions_incident(catalog)
     dag = load_dag(REPO / "dags" / "playback_sessions_repair.py")
     assert dag.params.get_param("start").value is None and dag.params.get_param("end").value is None
-    conf = {"slice": "6h", "warmup": "30min", "tail": "45min"}
+    # the day's data ends at 03:50: end + tail lies past it, so the run allows an open end and
+    # publishes what the landed data closes ([00:00, 03:15)), keeping the target's rows after it
+    conf = {"slice": "6h", "warmup": "30min", "tail": "45min", "allow_open_end": True}
     day = (T0, T0 + timedelta(days=1))
     dr = dag.test(logical_date=day[1], run_conf=conf)  # its data interval: the day before
     states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}

@@ -1,6 +1,8 @@
 """A reduced ``kappa demo`` end to end, as a user runs it: the real CLI in its own process
-(real Spark, a real sqlite Iceberg catalog, a real Airflow ``dag.test()`` run), both example
-jobs, both modes: the published window equals the live reference row for row."""
+(a real Kafka broker, ``kappa land``, the jobs live from Kafka, real Spark, a real sqlite Iceberg
+catalog, a real Airflow ``dag.test()`` run replaying the live ledger), both example jobs, both
+modes: the published window equals the Kafka-live output row for row. (The fallback choice, no
+broker: tests/unit/test_demo_kafka.py.)"""
 
 from __future__ import annotations
 
@@ -31,17 +33,17 @@ from airflow_provider_kappa.demo.processes import StoryProcess, copy_sqlite, dec
 
 JOBS = ("rmi", "playback_sessions")
 MODES = ("sequential", "parallel")
-# The module's demo run (10 spark-submits: 2 live runs, 2 slices per job and mode, two jobs at
-# once) is shared by its tests; its set-up alone can exceed the suite's default 900 s on a loaded
+# The module's demo run (13 spark-submits: 1 landing, 2 live runs from Kafka, 3 sequential and 2 parallel slices
+# per job, two jobs at once) is shared by its tests; its set-up alone can exceed the suite's default 900 s on a loaded
 # 2-core machine.
 pytestmark = pytest.mark.timeout(1800)
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """One reduced demo: 2 hours at 4 impressions/s landed every 15 minutes (fewer micro-batches
-    than the default 5 minutes; the backfill threshold follows the landing interval), both jobs,
-    both modes, both jobs at once (live references and backfill stories, as the default run)."""
+    """One reduced demo: 2 hours at 4 impressions/s through Kafka, live reading about one
+    micro-batch per 15 minutes of it (fewer than the default 10 minutes), both jobs, both modes,
+    both jobs at once (live references and backfill stories, as the default run)."""
     tmp_path = tmp_path_factory.mktemp("demo")
     workdir = tmp_path / "demo"
     kappa = Path(sys.executable).parent / "kappa"
@@ -63,6 +65,17 @@ def test_reduced_demo_prints_the_report(demo: tuple[subprocess.CompletedProcess[
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Kappa backfill demo" in done.stdout
     assert "time by stage" in done.stdout
+    # the Kafka story ran (this machine has the broker's jars: make install fetched them)
+    assert "      live path: Kafka, broker 127.0.0.1:" in done.stdout, done.stdout[-3000:]
+    assert "produced into Kafka and landed by kappa land" in done.stdout
+    report = (workdir / "report.txt").read_text()
+    assert "live path                     Kafka: the jobs ran live from the broker's topics (impressions " in report
+    for job in JOBS:
+        assert f"[3/5] {job}: live run from Kafka wrote " in done.stdout
+        # the live ledger, put on the lake's time axis: live's micro-batches end off the 15-minute landing grid
+        ledger = [p.name for p in (workdir / "lake" / "checkpoints" / job / "ledger").glob("*/*.json")]
+        assert len(ledger) >= 4, (job, ledger)
+        assert any(int(name[:13]) % (15 * 60 * 1000) for name in ledger), (job, ledger)
     assert f"HTML report: {workdir / 'report.html'}" in done.stdout
     assert (workdir / "report.html").read_text().count("<svg") == 2
     assert sorted(outcomes(workdir)) == sorted((j, m) for j in JOBS for m in MODES)
@@ -100,8 +113,8 @@ def test_published_window_equals_live(demo: tuple[subprocess.CompletedProcess[st
     o = outcomes(workdir)[(job, mode)]
     assert o["slices"] >= 2, o  # the window is cut into slices in both modes
     assert o["reference_rows"] > 20, o
-    # threshold = landing interval: the backfill cuts micro-batches where live did, so every
-    # row equals live
+    # the backfill replays live's micro-batches from the live ledger (cut by Kafka record counts,
+    # not on the landing grid), so every row equals the Kafka-live output
     differing = o["only_live"] + o["only_backfill"]
     # no slice ends on a no-data micro-batch live never ran (a continued sequential slice runs
     # without them), so nothing differs, sequential slice boundaries included

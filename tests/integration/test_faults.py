@@ -634,7 +634,7 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     assert steps.slice_ready(bf, plan.slices[2])
     steps.run_slice(bf, plan.slices[2], submit_fn=spark_stand_in)
     assert runs[1]["found"] == ["0"]  # what the run of s0000 left, carried over the skipped s0001
-    assert (Path(store.shared) / "offsets" / "0").read_text() == "after run 1"
+    assert (Path(store.attempt("s0002", store.current_epoch("s0002") or "")) / "offsets" / "0").read_text() == "after run 1"
     steps.run_slice(bf, plan.slices[3], submit_fn=no_spark)  # the empty last slice
     assert all(store.done(s.slice_id) is not None for s in plan.slices)
 

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers.kafka import create_topic, produce
+from servers.kafka import create_topic, produce, write_kafka_job_config
 
 from airflow_provider_kappa.cli import main
 
@@ -28,49 +27,7 @@ SCHEMA = "event_id STRING, account_id BIGINT, event_ts TIMESTAMP"
 
 
 def write_config(tmp_path: Path, catalog_props: dict[str, str], bootstrap: str, topic: str, *, land: str = "{interval: 2s}") -> Path:
-    app = tmp_path / "job.py"
-    app.write_text("# the job itself is not run by kappa land\n")
-    props = "\n".join(f"    {k}: {v!r}" for k, v in catalog_props.items())
-    path = tmp_path / "kappa.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            job:
-              name: landtest
-              application: job.py
-              checkpoint_root: {tmp_path / "checkpoints"}
-              master: local[2]
-              spark_conf: {{spark.ui.enabled: "false", spark.sql.shuffle.partitions: "2",
-                           spark.python.authenticate.socketTimeout: 120s}}
-            land: {land}
-            catalogs:
-              lake:
-            """
-        )
-        + props
-        + textwrap.dedent(
-            f"""
-            sources:
-              events:
-                type: dynamic
-                selected: live-events
-                candidates: [live-events, lake-events]
-              live-events:
-                type: kafka
-                topics: {topic}
-                bootstrap_servers: {bootstrap}
-                schema: "{SCHEMA}"
-              lake-events:
-                type: iceberg
-                catalog: lake
-                table: raw.events
-                ingestion_column: ingestion_ts
-            sinks:
-              summary: {{type: iceberg, catalog: lake, table: prod.summary, time_column: window_start}}
-            """
-        )
-    )
-    return path
+    return write_kafka_job_config(tmp_path, catalog_props, bootstrap, topic, name="landtest", schema=SCHEMA, land=land)
 
 
 def events(start: int, count: int) -> list[tuple[int, datetime, dict[str, Any]]]:

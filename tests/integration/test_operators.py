@@ -106,6 +106,10 @@ class FakeTI:
     def __init__(self, task_id: str, states: dict[str, str] | None = None) -> None:
         self.task_id = task_id
         self.states = states or {}
+        self.pushed: dict[str, Any] = {}  # XCom pushed by the task (its extra links' URLs)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
 
     def get_task_states(self, dag_id: str, task_ids: list[str], run_ids: list[str]) -> dict[str, Any]:
         assert (dag_id, task_ids, run_ids) == (self.dag_id, [self.task_id], [self.run_id])
@@ -214,10 +218,14 @@ def test_plan_returns_json_slices_and_checks_its_snapshot(job: Path) -> None:
 
 
 def test_plan_refuses_a_window_outside_the_data(job: Path) -> None:
-    params = {**PARAMS, "start": at(10).isoformat(), "end": at(12).isoformat()}
+    params = {**PARAMS, "start": (at(0) - timedelta(hours=6)).isoformat(), "end": (at(0) - timedelta(hours=4)).isoformat()}
     snap = run_op(KappaSnapshotOperator(task_id="snapshot", config_path=str(job)), params)
     with pytest.raises(AirflowFailException, match="is outside the tables' data"):
         run_op(KappaPlanOperator(task_id="plan", config_path=str(job), snapshot=snap), params)
+    # a window after the data is refused earlier, by the snapshot task's pre-flight (no lock, no tag)
+    after = {**PARAMS, "start": at(10).isoformat(), "end": at(12).isoformat()}
+    with pytest.raises(AirflowFailException, match="past the landed data.*is outside the tables' data"):
+        run_op(KappaSnapshotOperator(task_id="snapshot", config_path=str(job)), after)
 
 
 def test_mode_branch_follows_the_mode(job: Path) -> None:

@@ -1,18 +1,91 @@
 """A real Apache Kafka broker for the tests (KRaft, one node on 127.0.0.1, free ports), from the jars
 ``make install`` fetched (``jvm/fetch.sh``): kappa's own :class:`~airflow_provider_kappa.demo.kafka_broker.KafkaBroker`,
 started once per test session and stopped by its process id. Topics are created and events produced
-with kafka-python (the ``test`` extra)."""
+with kafka-python: :func:`create_topic` and :func:`produce` are the demo's own (``demo/kafka_client.py``)."""
 
 from __future__ import annotations
 
-import json
 import tempfile
-import time
-from datetime import datetime
+import textwrap
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import pytest
+
+from airflow_provider_kappa.demo.kafka_client import create_topic, produce
+
+__all__ = ["create_topic", "kafka_broker", "produce", "write_kafka_job_config"]
+
+
+def write_kafka_job_config(
+    folder: Path,
+    catalog_props: dict[str, str],
+    bootstrap: str,
+    topic: str,
+    *,
+    name: str,
+    schema: str,
+    job: str = "# the job itself is not run by kappa land\n",
+    land: str = "{interval: 2s}",
+    job_keys: str = "",
+    kafka_keys: str = "",
+) -> Path:
+    """``folder/kappa.yaml`` (and ``folder/job.py``) of a job whose dynamic source ``events`` has a kafka
+    candidate (``topic`` at ``bootstrap``, JSON values of ``schema``) and an iceberg one (``raw.events``
+    of catalog ``lake``, ingestion column ``ingestion_ts``), sink ``summary`` (``prod.summary``,
+    time column ``window_start``), local[2] Spark.
+
+    :param job_keys: more ``job:`` keys, one YAML line each (``live_trigger: 2s``).
+    :param kafka_keys: more keys of the kafka candidate, one YAML line each.
+    """
+    (folder / "job.py").write_text(job)
+    props = "\n".join(f"    {k}: {v!r}" for k, v in catalog_props.items())
+    more_job = "".join(f"  {line}\n" for line in job_keys.splitlines() if line.strip())
+    more_kafka = "".join(f"    {line}\n" for line in kafka_keys.splitlines() if line.strip())
+    path = folder / "kappa.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            job:
+              name: {name}
+              application: job.py
+              checkpoint_root: {folder / "checkpoints"}
+              master: local[2]
+              spark_conf: {{spark.ui.enabled: "false", spark.sql.shuffle.partitions: "2",
+                           spark.sql.session.timeZone: UTC, spark.python.authenticate.socketTimeout: 120s}}
+            """
+        )
+        + more_job
+        + f"land: {land}\ncatalogs:\n  lake:\n"
+        + props
+        + textwrap.dedent(
+            f"""
+            sources:
+              events:
+                type: dynamic
+                selected: live-events
+                candidates: [live-events, lake-events]
+              live-events:
+                type: kafka
+                topics: {topic}
+                bootstrap_servers: {bootstrap}
+                schema: "{schema}"
+            """
+        )
+        + more_kafka
+        + textwrap.dedent(
+            """\
+              lake-events:
+                type: iceberg
+                catalog: lake
+                table: raw.events
+                ingestion_column: ingestion_ts
+            sinks:
+              summary: {type: iceberg, catalog: lake, table: prod.summary, time_column: window_start}
+            """
+        )
+    )
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -27,42 +100,3 @@ def kafka_broker() -> Iterator[Any]:
         yield broker
     finally:
         broker.stop()
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1, timeout: float = 60.0) -> None:
-    """Create topic ``name`` and wait until every partition has a leader."""
-    from kafka import KafkaConsumer
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kappa-tests")
-    try:
-        admin.create_topics([NewTopic(name, partitions, 1)])
-    finally:
-        admin.close()
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
-    try:
-        deadline = time.monotonic() + timeout
-        while len(consumer.partitions_for_topic(name) or ()) < partitions:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"topic {name} has no leader for every partition after {timeout}s")
-            time.sleep(0.2)
-    finally:
-        consumer.close()
-
-
-def produce(bootstrap: str, topic: str, events: Iterable[tuple[int, datetime, dict[str, Any]]]) -> list[tuple[int, int, int]]:
-    """Produce JSON events ``(partition, record timestamp, value)``; return each one's
-    ``(partition, offset, timestamp in ms)`` as the broker acknowledged it, in order."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-    try:
-        futures = [
-            producer.send(topic, value=json.dumps(value, default=str).encode(), partition=p, timestamp_ms=int(ts.timestamp() * 1000))
-            for p, ts, value in events
-        ]
-        producer.flush()
-        meta = [f.get(timeout=60) for f in futures]
-    finally:
-        producer.close()
-    return [(m.partition, m.offset, m.timestamp) for m in meta]

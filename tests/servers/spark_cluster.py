@@ -6,6 +6,8 @@ own process group (a worker's executors and their Python workers are its childre
 pyspark package folder. Executors run the venv's interpreter (``PYSPARK_PYTHON``), where
 ``airflow_provider_kappa`` is installed in editable mode.
 
+:func:`packed_venv` builds the small packed virtualenv executors run through ``spark.archives``.
+
 Typical use::
 
     with spark_cluster(tmp / "spark", workers=2) as cluster:
@@ -243,6 +245,35 @@ def client_conf() -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "2",
     }
+
+
+def packed_venv(folder: Path) -> Path:
+    """A small virtualenv packed with venv-pack, holding only what executors need here: a Python and
+    ``airflow_provider_kappa`` (pyspark's Python code comes from the cluster's ``SPARK_HOME``). Not
+    the project venv (1.5 GB): its ``bin/python`` links to the same base interpreter, its
+    ``site-packages`` holds a copy of the package's source tree (pure Python; a wheel build would
+    need setuptools>=68 from the network).
+
+    :param folder: where to build ``venv/`` and write ``kappa-env.tar.gz``.
+    :returns: the archive, for ``job.python_archive`` / ``spark.archives``.
+    """
+    import shutil
+    import subprocess
+
+    import venv_pack
+
+    import airflow_provider_kappa
+
+    prefix = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, capture_output=True)
+    site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    shutil.copytree(
+        Path(airflow_provider_kappa.__file__).parent, site / "airflow_provider_kappa",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )  # fmt: skip
+    archive = folder / "kappa-env.tar.gz"
+    venv_pack.pack(prefix=str(prefix), output=str(archive), verbose=False)
+    return archive
 
 
 @contextmanager

@@ -179,7 +179,7 @@ def test_param_schemas_validate_defaults_and_refuse_bad_single_values(rmi) -> No
     schemas = param_schemas(rmi)
     assert list(schemas) == [
         "start", "end", "sources", "slice", "max_misalignment_threshold", "warmup", "tail", "mode", "dry_run",
-        "publish", "min_match",
+        "publish", "min_match", "allow_open_end", "ledger",
     ]  # fmt: skip
     for name, schema in schemas.items():
         body = {k: v for k, v in schema.items() if k not in ("default", "title", "description")}
@@ -211,14 +211,14 @@ def test_backfill_id_values_are_stable(rmi) -> None:  # type: ignore[no-untyped-
 def test_the_table_names_what_design_md_names() -> None:
     assert KEYS == tuple(f.name for f in fields(BackfillParams)) == (
         "start", "end", "sources", "slice", "max_misalignment_threshold", "warmup", "tail", "mode", "dry_run",
-        "publish", "min_match",
+        "publish", "min_match", "allow_open_end", "ledger",
     )  # fmt: skip
     assert sorted(p.name for p in CLI_PARAMS) == sorted(KEYS)
     assert [p.flag for p in CLI_PARAMS] == [
         "--start", "--end", "--mode", "--slice", "--warmup", "--tail", "--max-misalignment", "--sources", "--dry-run",
-        "--no-publish", "--min-match",
+        "--no-publish", "--min-match", "--allow-open-end", "--ledger",
     ]  # fmt: skip
-    assert [p.name for p in PARAMS if p.identity is None] == ["dry_run", "publish", "min_match"]
+    assert [p.name for p in PARAMS if p.identity is None] == ["dry_run", "publish", "min_match", "allow_open_end"]
 
 
 def cli(argv: list[str]) -> dict[str, object]:
@@ -228,13 +228,14 @@ def cli(argv: list[str]) -> dict[str, object]:
 
 
 def test_cli_flags_come_from_the_table(rmi) -> None:  # type: ignore[no-untyped-def]
-    assert cli(["--start", START, "--end", END]) == {"start": START, "end": END, "dry_run": False, "publish": True}
+    assert cli(["--start", START, "--end", END]) == {"start": START, "end": END, "dry_run": False, "publish": True,
+                                                       "allow_open_end": False, "ledger": False}
     raw = cli(["--start", START, "--end", END, "--mode", "parallel", "--slice", "30min", "--warmup", "0s", "--tail",
                "1h", "--max-misalignment", "5min", "--sources", "playbacks", "--dry-run", "--no-publish",
-               "--min-match", "99.9"])  # fmt: skip
+               "--min-match", "99.9", "--allow-open-end", "--ledger"])  # fmt: skip
     assert raw == {"start": START, "end": END, "mode": "parallel", "slice": "30min", "warmup": "0s", "tail": "1h",
                    "max_misalignment_threshold": "5min", "sources": "playbacks", "dry_run": True, "publish": False,
-                   "min_match": "99.9"}  # fmt: skip
+                   "min_match": "99.9", "allow_open_end": True, "ledger": True}  # fmt: skip
     p = parse_params(rmi, raw)
     assert parse_params(rmi, cli(to_argv(p))) == p
     assert parse_params(rmi, cli(to_argv(parse_params(rmi, {"start": START, "end": END})))).publishes
@@ -250,8 +251,39 @@ def test_release_flags_are_those_of_the_backfill_id(rmi) -> None:  # type: ignor
     assert backfill_id(rmi, again) == backfill_id(rmi, p)
 
 
-def test_advanced_params_are_in_the_form_s_advanced_section(rmi) -> None:  # type: ignore[no-untyped-def]
+def test_the_form_has_a_basic_and_an_advanced_section(rmi) -> None:  # type: ignore[no-untyped-def]
+    """Basic fields stay in the form's first section (Airflow's own, open when the form opens),
+    advanced ones in the collapsed "Advanced" section."""
     schemas = param_schemas(rmi)
-    advanced = [name for name, schema in schemas.items() if schema.get("section") == "Advanced"]
-    assert advanced == ["slice", "max_misalignment_threshold", "warmup", "tail"]
-    assert all(schema["title"] == name and schema["description"] for name, schema in schemas.items())
+    sections = {name: schema.get("section") for name, schema in schemas.items()}
+    assert set(sections.values()) == {None, "Advanced"}
+    advanced = {n for n, s in sections.items() if s == "Advanced"}
+    assert {"slice", "max_misalignment_threshold", "warmup", "tail", "allow_open_end", "ledger"} <= advanced
+    assert not advanced & {"start", "end", "sources", "mode", "dry_run", "publish", "min_match"}
+
+
+def test_every_field_has_its_own_title_and_help_naming_its_key(rmi) -> None:  # type: ignore[no-untyped-def]
+    schemas = param_schemas(rmi)
+    titles = [schema["title"] for schema in schemas.values()]
+    assert len(set(titles)) == len(titles) and all(t and t[0].isupper() for t in titles)
+    assert schemas["start"]["title"] == "Window start" and schemas["max_misalignment_threshold"]["title"] == "Max misalignment threshold"
+    for name, schema in schemas.items():
+        assert schema["description"].startswith(PARAMS[KEYS.index(name)].help), name
+        assert schema["description"].endswith(f"Run conf key: {name}."), name
+
+
+@pytest.mark.parametrize("name", ["start", "end"])
+def test_start_and_end_get_a_date_time_picker_that_still_refuses_bad_values(rmi, name: str) -> None:  # type: ignore[no-untyped-def]
+    """format date-time: Airflow's form draws a picker and checks RFC 3339 when a run is
+    triggered (jsonschema's FormatChecker, as Airflow's Param validation uses it)."""
+    schema = param_schemas(rmi)[name]
+    assert (schema["type"], schema["format"]) == ("string", "date-time")
+    body = {k: v for k, v in schema.items() if k not in ("default", "title", "description", "section")}
+    check = jsonschema.FormatChecker()
+    # what the picker sends (UTC, milliseconds), and ISO-8601 with an offset typed by hand
+    for good in ("2026-11-01T00:00:00.000Z", "2026-11-01T00:00:00+00:00", "2026-11-01T02:00:00+02:00"):
+        jsonschema.validate(good, body, format_checker=check)
+        parse_timestamp(good, name)
+    for bad in ("2026-11-01T00:00:00", "2026-11-01", "yesterday", "2026-13-01T00:00:00Z", "2026-11-01T00:00+00:00"):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, body, format_checker=check)

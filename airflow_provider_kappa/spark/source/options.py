@@ -10,6 +10,7 @@ parses and validates them (:meth:`IcebergReadSpec.from_options`). Field, conf ke
     mode                               mode (live -> tail, backfill -> bounded)   mode
     read_start_micros, read_end_micros read.start, read.end (ISO-8601)  <same> (bounded)
     threshold_micros                   max_misalignment_threshold       max_misalignment_threshold (bounded)
+    ledger                             ledger (+ the run's one sink)     ledger (bounded: replay live's batches)
     align_with                         every iceberg source of the run  align_with (JSON list, bounded)
     max_files_per_batch ... tail_non_append, options
                                        source.<src>.option.<k>          <k>
@@ -39,7 +40,7 @@ DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 #: option names of :class:`IcebergReadSpec` fields: extra options (``option.<k>``) never override them
 SPEC_OPTIONS = (
     "catalog", "table", "ingestion_column", "mode", "snapshot_id", "read_start_micros", "read_end_micros",
-    "max_misalignment_threshold", "align_with", "plan_file",
+    "max_misalignment_threshold", "align_with", "plan_file", "ledger",
 )  # fmt: skip
 LIMIT_OPTIONS = ("max_files_per_batch", "max_rows_per_batch", "max_bytes_per_batch")
 TUNING_OPTIONS = (*LIMIT_OPTIONS, "min_partitions", "split_bytes", "starting", "tail_non_append")
@@ -86,6 +87,8 @@ class IcebergReadSpec:
     :param threshold_micros: bounded: ingestion time one micro-batch may advance (``None``: 15 min).
     :param align_with: bounded: every iceberg source of the query (itself included).
     :param plan_file: bounded: the launcher's file list of the table (:mod:`.file_list`).
+    :param ledger: bounded: the live ledger (:mod:`airflow_provider_kappa.spark.ledger`) whose
+        micro-batches the read replays (:mod:`.replay`); ``None``: batches cut on the admission grid.
     :param options: other reader options, passed as they are.
     """
 
@@ -99,6 +102,7 @@ class IcebergReadSpec:
     threshold_micros: int | None = None
     align_with: tuple[AlignedTable, ...] = ()
     plan_file: str | None = None
+    ledger: str | None = None
     max_files_per_batch: int | None = None
     max_rows_per_batch: int | None = None
     max_bytes_per_batch: int | None = None
@@ -144,6 +148,8 @@ class IcebergReadSpec:
             out["align_with"] = json.dumps([a.to_item() for a in self.align_with])
         if self.plan_file is not None:
             out["plan_file"] = self.plan_file
+        if self.ledger is not None:
+            out["ledger"] = self.ledger
         return out
 
     @staticmethod
@@ -172,6 +178,9 @@ class IcebergReadSpec:
         plan_file = opts.get("plan_file", "").strip() or None
         if plan_file is not None and mode != BOUNDED:
             raise KappaConfigError(f"kappa_iceberg: option plan_file={plan_file!r} is for mode 'bounded', not {mode!r}")
+        ledger = opts.get("ledger", "").strip() or None
+        if ledger is not None and mode != BOUNDED:
+            raise KappaConfigError(f"kappa_iceberg: option ledger={ledger!r} is for mode 'bounded', not {mode!r}")
         known = {*SPEC_OPTIONS, *TUNING_OPTIONS, *CATALOG_OPTIONS}
         return IcebergReadSpec(
             catalog=_required(opts, "catalog"),
@@ -184,6 +193,7 @@ class IcebergReadSpec:
             threshold_micros=threshold_micros,
             align_with=_parse_align_with(opts.get("align_with", "")),
             plan_file=plan_file,
+            ledger=ledger,
             max_files_per_batch=limits["max_files_per_batch"],
             max_rows_per_batch=limits["max_rows_per_batch"],
             max_bytes_per_batch=limits["max_bytes_per_batch"],
@@ -248,10 +258,30 @@ class IcebergReadSpec:
             if threshold:
                 step = parse_duration(threshold, PREFIX + "max_misalignment_threshold")
                 options["max_misalignment_threshold"] = format_duration(step)
+            ledger = conf.get(PREFIX + "ledger")
+            if ledger:
+                options["ledger"] = ledger_folder(ledger, conf)
             names = sorted({k[len(PREFIX + "source.") :].partition(".")[0] for k in conf if k.startswith(PREFIX + "source.")})
             aligned = [_aligned_of_conf(n, keys) for n in names if (keys := _source_keys(conf, n)).get("type") == "iceberg"]
             options["align_with"] = json.dumps([a.to_item() for a in aligned])
         return IcebergReadSpec.from_options(options)
+
+
+def ledger_folder(root: str, conf: Mapping[str, str]) -> str:
+    """The ledger of the run's query: ``<root>/<sink>`` for the run's one sink (a query writes one sink;
+    the live ledger of a job is kept per sink, :mod:`airflow_provider_kappa.spark.ledger`).
+
+    :param root: ``spark.kappa.ledger``.
+    :param conf: the Spark conf (full keys).
+    :raises KappaConfigError: the run has no sink or several.
+    """
+    sinks = sorted({k[len(PREFIX + "sink.") :].partition(".")[0] for k in conf if k.startswith(PREFIX + "sink.")})
+    if len(sinks) != 1:
+        raise KappaConfigError(
+            f"{PREFIX}ledger: {root!r} is kept per sink (one query each), but the run has sinks {sinks}; "
+            "replaying the live ledger needs a job with exactly one sink"
+        )
+    return f"{root.rstrip('/')}/{sinks[0]}"
 
 
 def _source_keys(conf: Mapping[str, str], name: str) -> dict[str, str]:

@@ -46,6 +46,9 @@ class FilePartition(InputPartition):
     start_micros: int | None
     end_micros: int | None
     context: ReadContext
+    #: replaying the live ledger (:mod:`.replay`): ``(topic, partition, start, end)`` offset ranges;
+    #: only rows inside one of them are read (empty: no such filter)
+    kafka_ranges: tuple[tuple[str, int, int, int], ...] = ()
 
 
 def read_context(table: Table, schema: Schema, columns: Sequence[str], ingestion_column: str) -> ReadContext:

@@ -61,10 +61,36 @@ def read_partition(partition: FilePartition, spark_schema: StructType) -> Iterat
             table = read_parquet_direct(span.path, partition.context, partition.start_micros, partition.end_micros)
         batches = table.to_batches() if table is not None else _read_with_pyiceberg(partition, span)
         for batch in batches:
+            if partition.kafka_ranges:
+                batch = batch.filter(kafka_filter(batch, partition.kafka_ranges))
             if batch.num_rows == 0:
                 continue
             arrays = [batch.column(f.name).cast(f.type) for f in target]
             yield pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def kafka_filter(batch: pa.RecordBatch, ranges: tuple[tuple[str, int, int, int], ...]) -> pa.Array:
+    """The mask of the rows of ``batch`` inside one of ``ranges``: ``kafka_topic == topic``,
+    ``kafka_partition == partition`` and ``start <= kafka_offset < end`` (``start`` -1: no lower
+    bound). Rows with a null Kafka column are outside every range.
+
+    :param batch: rows with the ``kafka_topic``, ``kafka_partition`` and ``kafka_offset`` columns.
+    :param ranges: ``(topic, partition, start, end)`` (a replayed live micro-batch, :mod:`.replay`).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_provider_kappa.spark.conf_keys import KAFKA_COLUMNS
+
+    topic_col, partition_col, offset_col = (batch.column(c) for c in KAFKA_COLUMNS)
+    mask = pa.array([False] * batch.num_rows, type=pa.bool_())
+    for topic, part, start, end in ranges:
+        inside = pc.and_(pc.equal(topic_col, topic), pc.equal(partition_col, part))
+        inside = pc.and_(inside, pc.less(offset_col, end))
+        if start >= 0:
+            inside = pc.and_(inside, pc.greater_equal(offset_col, start))
+        mask = pc.or_(mask, pc.fill_null(inside, False))
+    return mask
 
 
 def read_parquet_direct(path: str, context: ReadContext, start_micros: int | None, end_micros: int | None) -> pa.Table | None:

@@ -9,6 +9,10 @@ Two modes (option ``mode``):
     epoch; empty stretches (where no file of any aligned table may hold rows) are skipped inside
     the batch that follows them, so every aligned source computes the same batch ends.
 
+``bounded`` with option ``ledger`` (a backfill replaying live's micro-batches)
+    Micro-batch k reads the landed rows live's micro-batch k read, by Kafka topic, partition and
+    offset (:mod:`.replay`).
+
 ``tail`` (live)
     Follows the snapshots committed to the table. Offsets are ``{"snapshot_id", "sequence_number"}``
     of the last snapshot read; a micro-batch reads every data file added by the snapshots after
@@ -38,6 +42,7 @@ from airflow_provider_kappa.spark.source.offsets import default_limit
 from airflow_provider_kappa.spark.source.options import BOUNDED, IcebergReadSpec
 from airflow_provider_kappa.spark.source.partitions import FilePartition
 from airflow_provider_kappa.spark.source.read import read_partition
+from airflow_provider_kappa.spark.source.replay import ReplayState
 from airflow_provider_kappa.spark.source.tail import TailState
 
 if TYPE_CHECKING:
@@ -55,16 +60,21 @@ class KappaIcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self.schema = schema
         self.options = {str(k): str(v) for k, v in options.items()}
         self.opts = IcebergReadSpec.from_options(self.options)
-        self._state: BoundedState | TailState | None = None
+        self._state: BoundedState | ReplayState | TailState | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_state"] = None  # the driver-side state never travels to executors
         return state
 
-    def _driver(self) -> BoundedState | TailState:
+    def _driver(self) -> BoundedState | ReplayState | TailState:
         if self._state is None:
-            self._state = (BoundedState if self.opts.mode == BOUNDED else TailState)(self.schema, self.opts, self.options)
+            if self.opts.mode != BOUNDED:
+                self._state = TailState(self.schema, self.opts, self.options)
+            elif self.opts.ledger is not None:
+                self._state = ReplayState(self.schema, self.opts, self.options)
+            else:
+                self._state = BoundedState(self.schema, self.opts, self.options)
         return self._state
 
     def initialOffset(self) -> dict[str, Any]:

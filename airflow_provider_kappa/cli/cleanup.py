@@ -1,0 +1,83 @@
+"""``kappa cleanup --config kappa.yaml [--older-than DUR] [--dry-run]``: remove the staging
+tables, checkpoints, plan files and tags of the job's backfills last active longer ago than the
+retention (``job.retention``, 7 days by default; ``--older-than`` overrides it), keeping every
+backfill that holds a lock (see :mod:`airflow_provider_kappa.backfill.cleanup`).
+
+Prints one row per backfill found: what it left and whether it was removed (``--dry-run``:
+would be) or kept, and why. Exits 0 when done (also when nothing was due), 2 on bad input
+(a bad config or ``--older-than``), 1 when the catalog kept refusing a commit or could not be
+reached (``kappa`` prints the error; run it again).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from airflow_provider_kappa.backfill.cleanup import CleanupDecision
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``kappa cleanup``."""
+    parser.add_argument("--config", required=True, help="path to the job's kappa.yaml")
+    parser.add_argument(
+        "--older-than",
+        help="remove backfills last active at least this long ago, e.g. 7d, 12h, 0s (default: job.retention, 7d)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
+
+
+def cleanup_table(decisions: list[CleanupDecision], *, dry_run: bool) -> Table:
+    """One row per backfill: last activity, age, publish, what it left, and the action taken."""
+    from rich.table import Table
+
+    from airflow_provider_kappa.backfill.cleanup import age_text
+
+    removed = sum(d.remove for d in decisions)
+    verb = "would remove" if dry_run else "removed"
+    table = Table(title=f"{len(decisions)} backfill(s) found, {removed} {verb}")
+    for column in ("backfill", "last active (UTC)", "age", "published", "staging tables", "tags", "checkpoint folder"):
+        table.add_column(column, justify="right" if column in ("age", "staging tables", "tags") else "left")
+    table.add_column("action")
+    for d in decisions:
+        lo = d.leftovers
+        action = f"[green]{verb}[/] ({d.reason})" if d.remove else f"[yellow]kept[/]: {d.reason}"
+        table.add_row(
+            lo.backfill_id,
+            "-" if lo.last_activity is None else f"{lo.last_activity:%Y-%m-%d %H:%M}",
+            age_text(d.age),
+            "-" if lo.published_at is None else f"{lo.published_at:%Y-%m-%d %H:%M}",
+            str(len(lo.staging)),
+            ", ".join(source for _, source in lo.tags) or "-",
+            "yes" if lo.checkpoint else "-",
+            action,
+        )
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    """Apply the retention to the job's backfills; see the module docstring for exit codes."""
+    from rich.console import Console
+
+    from airflow_provider_kappa.backfill.cleanup import cleanup
+    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.backfill.params import human_duration
+    from airflow_provider_kappa.timeparse import parse_duration
+
+    cfg = load_config(args.config)
+    older_than = None if args.older_than is None else parse_duration(args.older_than, "--older-than", allow_zero=True)
+    retention = cfg.job.retention if older_than is None else older_than
+    console = Console()
+    console.print(
+        f"[bold]cleanup[/] of job [bold]{cfg.job.name}[/] ({cfg.path}): backfills last active at least "
+        f"{human_duration(retention)} ago{' (dry run: nothing is removed)' if args.dry_run else ''}"
+    )
+    decisions = cleanup(cfg, older_than=retention, dry_run=args.dry_run)
+    if decisions:
+        console.print(cleanup_table(decisions, dry_run=args.dry_run))
+    else:
+        console.print(f"  nothing to clean: no backfill of {cfg.job.name} left anything behind")
+    return 0

@@ -1,0 +1,326 @@
+"""The live ledger: where a Kafka-live query cut its micro-batches, kept durably for backfills.
+
+A live query's micro-batch boundaries are in its checkpoint's offset log (``offsets/<batch id>``:
+a metadata line with the batch's trigger time and watermark, then one line per source; a Kafka
+source's line is ``{"topic": {"partition": next offset}}``). Spark keeps only the last
+``spark.sql.streaming.minBatchesToRetain`` (100) entries, so the kappa sink copies each batch's
+boundaries into the ledger when it commits the batch (:func:`record_batch`, called by
+:meth:`~airflow_provider_kappa.spark.sink.KappaIcebergStreamWriter.commit` before the Iceberg commit
+and so before Spark's own commit of the batch): every batch the query commits has its entry, a
+replayed batch rewrites the same entry, and a batch that moved no Kafka offset (a no-data batch)
+has none.
+
+One JSON file per batch, ``<ledger>/<trigger time in ms, 13 digits>-<batch id>.json``
+(:class:`LedgerEntry`): sorted by name, the ledger is in the order live ran its batches, across
+restarts and checkpoint resets (each entry names its query id). A backfill with the ledger
+(:mod:`airflow_provider_kappa.spark.source.replay`) replays these batches: batch k reads exactly the
+landed rows whose ``(kafka_topic, kafka_partition, kafka_offset)`` fall in entry k's ranges.
+
+Pure Python with pyarrow's file systems (any URI ``pyarrow.fs`` knows); no pyspark import.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from airflow_provider_kappa.exceptions import KappaSinkError, KappaSourceError
+from airflow_provider_kappa.spark.storage import filesystem, read_text, write_text
+
+VERSION = 1
+#: ``<trigger ms>-<batch id>.json``
+_NAME = re.compile(r"^(\d{13})-(\d+)\.json$")
+
+#: topic -> partition -> ``(start offset or None: from the partition's beginning, end offset)``
+Ranges = dict[str, dict[int, tuple[int | None, int]]]
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One live micro-batch that read Kafka: what it read and when live started it.
+
+    :param query_id: the streaming query's id (from the checkpoint's ``metadata``).
+    :param batch_id: the micro-batch id.
+    :param end_ms: the batch's trigger time (``batchTimestampMs``): live fetched the end offsets then.
+    :param start_ms: the previous batch's trigger time (``None`` for a query's first batch): the
+        records of this batch reached Kafka after it.
+    :param watermark_ms: the event-time watermark the batch ran with.
+    :param ranges: topic -> partition -> ``(start, end)`` offsets the batch read: ``start <= offset < end``.
+    """
+
+    query_id: str
+    batch_id: int
+    end_ms: int
+    start_ms: int | None
+    watermark_ms: int
+    ranges: Mapping[str, Mapping[int, tuple[int | None, int]]]
+
+    @property
+    def name(self) -> str:
+        """The entry's file name."""
+        return entry_name(self.end_ms, self.batch_id)
+
+    @property
+    def rows(self) -> int | None:
+        """How many Kafka records the batch read (``None`` when a start is unknown)."""
+        total = 0
+        for parts in self.ranges.values():
+            for start, end in parts.values():
+                if start is None:
+                    return None
+                total += end - start
+        return total
+
+    def to_json(self) -> str:
+        """The entry as JSON (ranges as ``{topic: {partition: [start, end]}}``)."""
+        return json.dumps(
+            {
+                "version": VERSION,
+                "query_id": self.query_id,
+                "batch_id": self.batch_id,
+                "end_ms": self.end_ms,
+                "start_ms": self.start_ms,
+                "watermark_ms": self.watermark_ms,
+                "ranges": {t: {str(p): [s, e] for p, (s, e) in sorted(parts.items())} for t, parts in sorted(self.ranges.items())},
+            },
+            separators=(",", ":"),
+        )
+
+    @staticmethod
+    def from_json(text: str, where: str) -> LedgerEntry:
+        """Parse :meth:`to_json`'s output.
+
+        :raises KappaSourceError: naming ``where`` when it is not a ledger entry of this version.
+        """
+        try:
+            data = json.loads(text)
+            if data.get("version") != VERSION:
+                raise ValueError(f"version {data.get('version')!r}, expected {VERSION}")
+            ranges: Ranges = {
+                str(t): {int(p): (None if s is None else int(s), int(e)) for p, (s, e) in parts.items()}
+                for t, parts in data["ranges"].items()
+            }
+            start = data["start_ms"]
+            return LedgerEntry(
+                query_id=str(data["query_id"]),
+                batch_id=int(data["batch_id"]),
+                end_ms=int(data["end_ms"]),
+                start_ms=None if start is None else int(start),
+                watermark_ms=int(data["watermark_ms"]),
+                ranges=ranges,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise KappaSourceError(f"live ledger entry {where} is not a kappa ledger entry: {e}") from e
+
+
+def entry_name(end_ms: int, batch_id: int) -> str:
+    """``<end_ms, 13 digits>-<batch id>.json``: names sort in the order live ran the batches."""
+    return f"{end_ms:013d}-{batch_id}.json"
+
+
+# ------------------------------------------------------------------------------ the offset log
+
+
+def _kafka_offsets(line: str) -> dict[str, dict[int, int]] | None:
+    """A Kafka source's offsets ``{topic: {partition: offset}}`` from one offset-log line, else ``None``
+    (another source's offset, or ``-``: a source without one)."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not data:
+        return None
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in data.items():
+        if not isinstance(parts, dict) or not parts:
+            return None
+        try:
+            out[str(topic)] = {int(p): int(o) for p, o in parts.items() if not isinstance(o, bool)}
+        except (TypeError, ValueError):
+            return None
+        if len(out[str(topic)]) != len(parts):
+            return None
+    return out
+
+
+def _merge(found: list[dict[str, dict[int, int]]], where: str) -> dict[str, dict[int, int]]:
+    """The offsets of every Kafka source, by topic; two sources of one topic must agree."""
+    out: dict[str, dict[int, int]] = {}
+    for offsets in found:
+        for topic, parts in offsets.items():
+            if topic in out and out[topic] != parts:
+                raise KappaSinkError(
+                    f"{where}: two Kafka sources of the query read topic {topic!r} to different offsets "
+                    f"({out[topic]} and {parts}); a ledger keeps one range per topic partition"
+                )
+            out[topic] = parts
+    return out
+
+
+@dataclass(frozen=True)
+class OffsetLogEntry:
+    """One ``offsets/<batch id>`` file of a checkpoint: the trigger time, the watermark and the end
+    offsets of its Kafka sources."""
+
+    timestamp_ms: int
+    watermark_ms: int
+    kafka: dict[str, dict[int, int]]
+
+
+def read_offset_log(checkpoint: str, batch_id: int) -> OffsetLogEntry | None:
+    """``<checkpoint>/offsets/<batch_id>``, or ``None`` when the file does not exist.
+
+    :param checkpoint: the query's checkpoint location.
+    :param batch_id: the micro-batch id.
+    :raises KappaSinkError: a file that is not Spark's offset log (names it).
+    """
+    fs, root = filesystem(checkpoint, "checkpoint", KappaSinkError)
+    path = f"{root.rstrip('/')}/offsets/{batch_id}"
+    try:
+        text = read_text(fs, path)
+    except FileNotFoundError:
+        return None
+    lines = text.split("\n")
+    try:
+        if lines[0].strip() != "v1":
+            raise ValueError(f"version line {lines[0]!r}, expected 'v1'")
+        meta = json.loads(lines[1])
+        timestamp, watermark = int(meta["batchTimestampMs"]), int(meta.get("batchWatermarkMs", 0))
+    except (IndexError, ValueError, KeyError, TypeError) as e:
+        raise KappaSinkError(f"offset log {path!r} is not Spark's offset log (v1, metadata, offsets): {e}") from e
+    found = [o for line in lines[2:] if line.strip() and (o := _kafka_offsets(line)) is not None]
+    return OffsetLogEntry(timestamp, watermark, _merge(found, f"offset log {path!r}"))
+
+
+def read_initial_offsets(checkpoint: str) -> dict[str, dict[int, int]]:
+    """Where the query's Kafka sources started: ``<checkpoint>/sources/<i>/0`` (Spark's Kafka source
+    writes its resolved starting offsets there before the first batch)."""
+    from pyarrow.fs import FileSelector, FileType
+
+    fs, root = filesystem(checkpoint, "checkpoint", KappaSinkError)
+    sources = f"{root.rstrip('/')}/sources"
+    found = []
+    for info in fs.get_file_info(FileSelector(sources, allow_not_found=True)):
+        if info.type != FileType.Directory:
+            continue
+        try:
+            text = read_text(fs, f"{info.path}/0")
+        except FileNotFoundError:
+            continue
+        lines = [line for line in text.replace("\x00", "").split("\n") if line.strip()]
+        offsets = _kafka_offsets(lines[-1]) if lines else None
+        if offsets is not None:
+            found.append(offsets)
+    return _merge(found, f"initial offsets under {sources!r}")
+
+
+def read_query_id(checkpoint: str) -> str:
+    """The query id in ``<checkpoint>/metadata`` (any file system pyarrow knows)."""
+    fs, root = filesystem(checkpoint, "checkpoint", KappaSinkError)
+    path = f"{root.rstrip('/')}/metadata"
+    try:
+        return str(json.loads(read_text(fs, path).splitlines()[0])["id"])
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        raise KappaSinkError(f"checkpoint metadata {path!r} is not Spark's JSON {{'id': ...}}: {e}") from e
+
+
+def batch_entry(checkpoint: str, batch_id: int) -> LedgerEntry | None:
+    """The ledger entry of micro-batch ``batch_id`` from the checkpoint's offset log, or ``None``
+    when the batch moved no Kafka offset (or the query reads no Kafka).
+
+    The start of a partition is its end in the previous batch (``offsets/<batch_id - 1>``), for the
+    first batch the source's starting offsets; a partition new in this batch starts at its beginning.
+
+    :param checkpoint: the query's checkpoint location.
+    :param batch_id: a batch whose offsets are in the log (the one being committed).
+    :raises KappaSinkError: the batch's offsets are not in the log.
+    """
+    this = read_offset_log(checkpoint, batch_id)
+    if this is None:
+        raise KappaSinkError(f"live ledger: batch {batch_id} has no offsets in {checkpoint!r}/offsets; cannot record it")
+    if not this.kafka:
+        return None
+    before = read_offset_log(checkpoint, batch_id - 1) if batch_id > 0 else None
+    start_offsets = before.kafka if before is not None else (read_initial_offsets(checkpoint) if batch_id == 0 else {})
+    ranges: Ranges = {}
+    moved = False
+    for topic, parts in this.kafka.items():
+        for partition, end in parts.items():
+            start = start_offsets.get(topic, {}).get(partition)
+            moved = moved or start is None or end > start
+            ranges.setdefault(topic, {})[partition] = (start, end)
+    if not moved:
+        return None
+    return LedgerEntry(
+        query_id=read_query_id(checkpoint),
+        batch_id=batch_id,
+        end_ms=this.timestamp_ms,
+        start_ms=before.timestamp_ms if before is not None else None,
+        watermark_ms=this.watermark_ms,
+        ranges=ranges,
+    )
+
+
+def record_batch(checkpoint: str, ledger: str, batch_id: int) -> LedgerEntry | None:
+    """Write micro-batch ``batch_id``'s entry into ``ledger`` (see :func:`batch_entry`). Writing it
+    again (a replayed batch) writes the same file.
+
+    :param checkpoint: the query's checkpoint location.
+    :param ledger: the ledger folder (local path or URI).
+    :param batch_id: the batch being committed.
+    :returns: the entry, ``None`` for a batch that moved no Kafka offset (nothing written).
+    """
+    entry = batch_entry(checkpoint, batch_id)
+    if entry is None:
+        return None
+    fs, root = filesystem(ledger, "live ledger", KappaSinkError)
+    write_text(fs, f"{root.rstrip('/')}/{entry.name}", entry.to_json())
+    return entry
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+class Ledger:
+    """A ledger folder, read: its entries' names at once, their contents when asked.
+
+    :param uri: the ledger folder (local path or URI).
+    :raises KappaSourceError: the folder does not exist.
+    """
+
+    def __init__(self, uri: str) -> None:
+        from pyarrow.fs import FileSelector, FileType
+
+        self.uri = uri
+        self._fs, self._root = filesystem(uri, "live ledger", KappaSourceError)
+        info = self._fs.get_file_info(self._root)
+        if info.type != FileType.Directory:
+            raise KappaSourceError(
+                f"live ledger {uri!r} does not exist: `kappa run` records it while the job runs live from Kafka "
+                "(job.ledger of kappa.yaml); run the backfill without the ledger, or point job.ledger at it"
+            )
+        keys = []
+        for item in self._fs.get_file_info(FileSelector(self._root)):
+            found = _NAME.match(item.base_name)
+            if found and item.type == FileType.File:
+                keys.append((int(found.group(1)), int(found.group(2)), item.base_name))
+        keys.sort()
+        #: ``(end_ms, batch_id, file name)`` of every entry, in the order live ran them
+        self.keys: list[tuple[int, int, str]] = keys
+        self._cache: dict[str, LedgerEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def entry(self, name: str) -> LedgerEntry:
+        """The entry in file ``name``."""
+        if name not in self._cache:
+            path = f"{self._root.rstrip('/')}/{name}"
+            try:
+                text = read_text(self._fs, path)
+            except OSError as e:
+                raise KappaSourceError(f"live ledger entry {path!r} cannot be read: {e}") from e
+            self._cache[name] = LedgerEntry.from_json(text, repr(path))
+        return self._cache[name]

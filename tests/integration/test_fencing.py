@@ -1,0 +1,336 @@
+"""Fencing: a superseded run of a slice can neither commit to staging nor keep its checkpoint, and
+the Spark processes of a killed launcher end with it.
+
+The old run is kept alive for real: the job is the unchanged example sessionizer, its input passed
+through a ``mapInArrow`` that holds the first micro-batch of the first process to claim a ``hold``
+file until the test writes ``release`` (:data:`HELD_APP`). So the old run's driver is in the middle
+of a micro-batch, its files not yet committed, while the retry runs.
+
+- the retry while the old run (its launcher still alive) is held: the old run's commit is refused
+  (the staging table belongs to the retry's epoch), its launcher keeps no checkpoint and records
+  nothing done, the staging table holds exactly the retry's rows;
+- ``kappa backfill`` SIGKILLed while its slice is held: every process under it ends (checked by
+  pid), and its private folder (the 0600 catalogs file) is removed by the next run;
+- an Airflow slice task killed (SIGTERM to the task's process during ``dag.test()``, the task
+  runner calls ``on_kill``) while its slice is held: its spark-submit and everything under it end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Iterator
+
+import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
+import pytest
+from airflow_env import REPO, airflow_db, write_job_config  # noqa: F401  (fixture)
+from lake import T0, seed_sessions_incident, sessions_arrow, sorted_rows
+
+from airflow_provider_kappa.backfill import snapshot, steps
+from airflow_provider_kappa.backfill.config import load_config
+from airflow_provider_kappa.backfill.steps import Backfill
+from airflow_provider_kappa.exceptions import KappaSupersededError
+
+TARGET = "prod.playback_sessions"
+#: one slice over the whole read range [00:00, 02:00) (one micro-batch of data): its staging table must hold
+#: exactly the sessions that start in the window [00:30, 01:30) (all closed by 01:47's watermark)
+START, END = T0 + timedelta(minutes=30), T0 + timedelta(minutes=90)
+PARAMS = {
+    "start": START.isoformat(),
+    "end": END.isoformat(),
+    "slice": "2h",
+    "warmup": "30min",
+    "tail": "30min",
+    "max_misalignment_threshold": "2h",
+}
+CLI = ["--start", PARAMS["start"], "--end", PARAMS["end"], "--slice", "2h", "--warmup", "30min", "--tail", "30min",
+       "--max-misalignment", "2h"]  # fmt: skip
+EXAMPLE_APP = REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "playback_sessions.py"
+HOLD_ENV = "KAPPA_TEST_HOLD"
+HELD_APP = f'''
+"""The example sessionizer, unchanged, its input passed through a map that holds the first micro-batch
+of the first process to claim $KAPPA_TEST_HOLD/hold until $KAPPA_TEST_HOLD/release exists."""
+import os
+import runpy
+import time
+
+import airflow_provider_kappa.spark as kappa_spark
+
+FOLDER = os.environ["{HOLD_ENV}"]
+read_source = kappa_spark.read_source
+
+
+def hold_first(batches):
+    try:
+        os.rename(os.path.join(FOLDER, "hold"), os.path.join(FOLDER, "held"))  # one process wins
+    except FileNotFoundError:
+        pass
+    else:
+        deadline = time.monotonic() + 600
+        while not os.path.exists(os.path.join(FOLDER, "release")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    yield from batches
+
+
+def held_read_source(spark, name):
+    df = read_source(spark, name)
+    return df.mapInArrow(hold_first, df.schema)
+
+
+kappa_spark.read_source = held_read_source
+runpy.run_path({str(EXAMPLE_APP)!r}, run_name="__main__")
+'''
+
+
+def expected_window(oracle: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    import pyarrow as pa
+
+    inside = [s for s in oracle if START <= s["session_start"] < END]
+    return sorted_rows(pa.Table.from_pylist(inside, schema=sessions_arrow()))
+
+
+@pytest.fixture()
+def held(tmp_path: Path, catalog_props: dict[str, str], catalog: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """The lake, a job config whose application is :data:`HELD_APP`, and the hold folder (armed)."""
+    oracle = seed_sessions_incident(catalog, "raw.playbacks", TARGET)
+    path = write_job_config(tmp_path, catalog_props)
+    app = tmp_path / "held_app.py"
+    app.write_text(HELD_APP)
+    path.write_text(path.read_text().replace(str(EXAMPLE_APP), str(app)))
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "hold").touch()
+    monkeypatch.setenv(HOLD_ENV, str(hold))
+    out = {"config": path, "hold": hold, "oracle": oracle, "catalog": catalog, "folder": tmp_path}
+    try:
+        yield out
+    finally:
+        (hold / "release").touch()  # never leave a held Spark run behind
+
+
+def wait_for(predicate: Any, what: str, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def descendants(pid: int) -> dict[int, float]:
+    """pid -> create time of every process under ``pid``."""
+    import psutil  # type: ignore[import-untyped]
+
+    return {p.pid: p.create_time() for p in psutil.Process(pid).children(recursive=True)}
+
+
+def survivors(procs: dict[int, float], timeout: float = 30.0) -> list[str]:
+    """Those of ``procs`` (pid -> create time: a reused pid is another process) still running after
+    ``timeout`` seconds, described."""
+    import psutil
+
+    def running() -> list[Any]:
+        out = []
+        for pid, created in procs.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    deadline = time.monotonic() + timeout
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = running()
+    for p in left:  # never leave them behind, whatever the test concludes
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [f"{p.pid} {' '.join(p.cmdline()[:3])}" for p in left if p.is_running()]
+
+
+def test_a_retry_fences_out_the_old_run_still_running_its_micro_batch(held: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> None:
+    """Attempt 1 is held in its first micro-batch (its launcher alive, in a thread); the retry runs the
+    whole slice; attempt 1 released then tries to commit: refused, and its launcher fails without
+    keeping its checkpoint or recording the slice done. The staging table holds exactly the window."""
+    catalog = held["catalog"]
+    bf = Backfill.create(load_config(held["config"]), PARAMS)
+    (sp,) = steps.plan(bf, snapshot.snapshot(bf)).slices
+    store = bf.store()
+    staging = bf.staging_table(bf.cfg.sinks["sessions"], sp.slice_id)
+    old: dict[str, Any] = {}
+
+    def old_attempt() -> None:
+        try:
+            old["result"] = steps.run_slice(bf, sp)
+        except BaseException as e:  # noqa: BLE001  (asserted below)
+            old["error"] = e
+
+    thread = threading.Thread(target=old_attempt, daemon=True)
+    thread.start()
+    wait_for(lambda: (held["hold"] / "held").exists() or not thread.is_alive(), "attempt 1 to hold its first micro-batch")
+    assert thread.is_alive(), old
+    old_epoch = store.current_epoch(sp.slice_id)
+
+    retry = steps.run_slice(bf, sp)  # the old driver is still running, in the middle of a micro-batch
+    epoch = store.current_epoch(sp.slice_id)
+    checkpoint = Path(store.attempt(sp.slice_id, epoch or ""))
+    kept = {p.relative_to(checkpoint): p.read_bytes() for p in sorted(checkpoint.rglob("*")) if p.is_file()}
+    staged_by_retry = sorted_rows(catalog.load_table(staging))
+
+    (held["hold"] / "release").touch()
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+    # the old run fails: its commit was refused, and its launcher keeps nothing
+    assert "result" not in old and isinstance(old.get("error"), KappaSupersededError), old
+    # refused by the sink itself, inside the old run's Spark driver
+    assert f"KappaSupersededError: staging table {staging!r} belongs to epoch {epoch!r}" in capfd.readouterr().out
+    assert old_epoch != epoch
+    assert store.current_epoch(sp.slice_id) == epoch
+    assert store.done(sp.slice_id) == retry
+    # staging: exactly the window, every snapshot the retry's epoch
+    table = catalog.load_table(staging)
+    assert sorted_rows(table) == staged_by_retry == expected_window(held["oracle"])
+    assert {s.summary.get("kappa.epoch") for s in table.snapshots()} == {epoch}
+    # the retry's checkpoint: its own offsets and commits only, untouched by the old run
+    after = {p.relative_to(checkpoint): p.read_bytes() for p in sorted(checkpoint.rglob("*")) if p.is_file()}
+    assert after == kept
+    offsets = sorted(int(p.name) for p in (checkpoint / "sessions" / "offsets").iterdir() if p.name.isdigit())
+    commits = sorted(int(p.name) for p in (checkpoint / "sessions" / "commits").iterdir() if p.name.isdigit())
+    assert offsets == commits == list(range(retry["batches"]))
+    assert not Path(store.attempt(sp.slice_id, old_epoch or "")).joinpath("sessions", "commits", "0").exists()
+
+
+def test_kappa_backfill_sigkilled_leaves_no_spark_process_and_no_catalogs_file(held: dict[str, Any]) -> None:
+    """``kappa backfill`` SIGKILLed while its slice's micro-batch runs: the spark-submit, driver and
+    Python workers under it end by themselves (parent-death signal), and its private folder with
+    the catalogs file is removed by the next run on the machine."""
+    from airflow_provider_kappa.backfill.processes import private_folder
+
+    env = {**os.environ, "TMPDIR": str(held["folder"] / "tmp")}
+    (held["folder"] / "tmp").mkdir()
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "kappa"), "backfill", "--config", str(held["config"]), *CLI],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: (held["hold"] / "held").exists() or proc.poll() is not None, "the slice to hold its first micro-batch")
+        assert proc.poll() is None
+        tree = descendants(proc.pid)
+        assert len(tree) >= 2, tree  # spark-submit (its JVM) and the job's Python processes
+        private = [p for p in (held["folder"] / "tmp").iterdir() if (p / "catalogs.json").exists()]
+        assert len(private) == 1, private
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert survivors(tree) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert private[0].exists()  # SIGKILL: nothing of the killed process ran
+    with private_folder("next", held["folder"] / "tmp") as mine:
+        assert not private[0].exists()
+        assert mine.exists()
+
+
+def test_an_airflow_slice_task_killed_stops_its_spark_submit(held: dict[str, Any], airflow_db: None) -> None:  # noqa: F811
+    """SIGTERM to the task's process while its slice's micro-batch runs (what the supervisor sends a
+    task marked failed, cleared or timed out): the task runner calls ``on_kill``, which stops the
+    slice's spark-submit and every process under it; the task fails."""
+    from airflow_provider_kappa.dag import kappa_backfill_dag
+
+    import psutil
+
+    dag = kappa_backfill_dag(str(held["config"]), dag_id="kappa_backfill_playback_sessions", slice_retries=0)
+    before = {p.pid for p in psutil.Process().children()}
+    spark: dict[int, float] = {}
+    commands: list[str] = []
+    errors: list[BaseException] = []
+
+    def kill_when_held() -> None:
+        try:
+            wait_for(lambda: (held["hold"] / "held").exists(), "the slice task to hold its first micro-batch")
+            for child in psutil.Process().children():
+                if child.pid not in before:  # the slice's spark-submit, and everything under it
+                    spark.update({child.pid: child.create_time(), **descendants(child.pid)})
+            commands.extend(" ".join(_cmdline(pid)) for pid in spark)
+            os.kill(os.getpid(), signal.SIGTERM)  # the task runner's handler calls the operator's on_kill
+        except BaseException as e:  # noqa: BLE001  (asserted below)
+            errors.append(e)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    killer = threading.Thread(target=kill_when_held, daemon=True)
+    killer.start()
+    try:
+        dr = dag.test(run_conf=PARAMS)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        killer.join(timeout=60)
+    assert errors == []
+    assert any("SparkSubmit" in c for c in commands), commands  # the spark-submit's JVM ran when the task was killed
+    assert survivors(spark) == []
+    states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
+    assert states[("slice_sequential", 0)] == "failed"
+
+
+def _cmdline(pid: int) -> list[str]:
+    import psutil
+
+    try:
+        return list(psutil.Process(pid).cmdline())
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_on_kill_of_a_connect_slice_stops_its_query_inside_the_server(
+    held: dict[str, Any], catalog_props: dict[str, str], connect_server: Any
+) -> None:
+    """Engine connect: the query runs inside a shared Spark Connect server, where a killed client
+    would leave it running. The slice operator's ``on_kill`` (called while the run is live, as the
+    task runner calls it) ends the runner and its session: the session is closed on the server (its
+    queries stopped), the held micro-batch never commits, and the launcher fails."""
+    from airflow_provider_kappa.backfill.connect import with_session_id
+    from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator
+
+    (held["folder"] / "connect").mkdir()
+    path = write_job_config(held["folder"] / "connect", catalog_props, engine="connect", connect_url=connect_server.url)
+    path.write_text(path.read_text().replace(str(EXAMPLE_APP), str(held["folder"] / "held_app.py")))
+    bf = Backfill.create(load_config(path), PARAMS)
+    (sp,) = steps.plan(bf, snapshot.snapshot(bf)).slices
+    store = bf.store()
+    run: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            run["result"] = steps.run_slice(bf, sp, connect_url=connect_server.url)
+        except BaseException as e:  # noqa: BLE001  (asserted below)
+            run["error"] = e
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    wait_for(lambda: (held["hold"] / "held").exists() or not thread.is_alive(), "the session's query to hold its micro-batch")
+    assert thread.is_alive(), run
+    session = store.session(sp.slice_id)
+    assert session is not None
+    KappaSliceRunOperator(task_id="slice", config_path=str(path), slice_plan=sp.to_dict()).on_kill()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and "error" in run, run
+    (held["hold"] / "release").touch()  # were the query still running, it would now commit
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(with_session_id(connect_server.url, session["session_id"])).create()
+    try:
+        with pytest.raises(Exception, match="SESSION_CLOSED"):
+            spark.streams.active
+    finally:
+        spark.stop()
+    time.sleep(3)
+    assert catalog_props and held["catalog"].load_table(bf.staging_table(bf.cfg.sinks["sessions"], sp.slice_id)).current_snapshot() is None
+    assert connect_server.alive()  # a session's end never stops the server

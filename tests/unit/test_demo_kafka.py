@@ -1,0 +1,82 @@
+"""The demo's choice of live path (Kafka or the iceberg tail fallback) and the pure parts of its Kafka
+story: micro-batch limits and the ledger put back on the lake's time axis."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_kappa.demo.kafka_client import Ack
+from airflow_provider_kappa.demo.kafka_lake import Topic, batch_limits, kafka_unavailable, restamp_ledger
+from airflow_provider_kappa.demo.story import DemoOptions, _start_broker
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
+from airflow_provider_kappa.spark.ledger import Ledger, LedgerEntry
+
+
+def test_without_fetched_jars_the_demo_falls_back_saying_why_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAPPA_JVM_DIR", str(tmp_path / "empty"))
+    why = kafka_unavailable()
+    assert why is not None and "\n" not in why
+    assert "'kafka' are not fetched" in why and str(tmp_path / "empty" / "kafka") in why
+    broker, said = _start_broker(DemoOptions(workdir=tmp_path / "demo"), tmp_path / "demo")
+    assert broker is None and said == why
+    assert not (tmp_path / "demo" / "kafka").exists()  # nothing started
+
+
+def test_no_kafka_option_chooses_the_iceberg_tail_without_looking_for_a_broker(tmp_path: Path) -> None:
+    broker, said = _start_broker(DemoOptions(workdir=tmp_path, kafka=False), tmp_path)
+    assert broker is None and said == "--no-kafka"
+
+
+def topic(name: str, stamps: list[int]) -> Topic:
+    acks: list[Ack] = [(0, offset, ms) for offset, ms in enumerate(stamps)]
+    return Topic(name, f"raw.{name}", acks)
+
+
+def test_batch_limits_read_every_topic_in_about_as_many_batches() -> None:
+    topics = {"impressions": topic("impressions", list(range(1000))), "playbacks": topic("playbacks", list(range(95)))}
+    assert batch_limits(topics, 10) == {"impressions": 100, "playbacks": 10}
+    assert batch_limits({"t": topic("t", [])}, 3) == {"t": 1}
+    with pytest.raises(KappaConfigError, match="at least 1"):
+        batch_limits(topics, 0)
+
+
+def entry(batch: int, end_ms: int, ranges: dict[str, dict[int, tuple[int | None, int]]]) -> LedgerEntry:
+    return LedgerEntry(query_id="q", batch_id=batch, end_ms=end_ms, start_ms=None, watermark_ms=batch * 7, ranges=ranges)
+
+
+def test_restamp_ledger_puts_each_batch_at_its_last_record_in_live_order(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger" / "summary"
+    ledger.mkdir(parents=True)
+    wall = 1_790_000_000_000  # live ran today: its trigger times say nothing of the lake's time axis
+    written = [
+        entry(0, wall, {"a": {0: (None, 3)}, "b": {0: (None, 1)}}),
+        entry(1, wall + 50, {"a": {0: (3, 5)}, "b": {0: (1, 1)}}),  # b moved nothing in this batch
+        entry(3, wall + 90, {"a": {0: (5, 6)}, "b": {0: (1, 2)}}),
+    ]
+    for e in written:
+        (ledger / e.name).write_text(e.to_json())
+    topics = {"a": topic("a", [10, 20, 30, 40, 50, 60]), "b": topic("b", [15, 55])}
+
+    assert restamp_ledger(ledger, topics) == 3
+
+    book = Ledger(str(ledger))
+    got = [book.entry(name) for _, _, name in book.keys]
+    assert [(e.batch_id, e.start_ms, e.end_ms) for e in got] == [(0, None, 30), (1, 30, 50), (3, 50, 60)]
+    assert [e.ranges for e in got] == [e.ranges for e in written] and [e.watermark_ms for e in got] == [0, 7, 21]
+    assert sorted(p.name for p in ledger.parent.iterdir()) == ["summary"]  # no leftover folder
+    assert json.loads((ledger / got[0].name).read_text())["end_ms"] == 30
+
+
+def test_restamp_ledger_keeps_positions_increasing_and_refuses_an_unknown_topic(tmp_path: Path) -> None:
+    ledger = tmp_path / "l"
+    ledger.mkdir()
+    for e in (entry(0, 1_000, {"a": {0: (None, 2)}}), entry(1, 2_000, {"a": {0: (2, 3)}})):
+        (ledger / e.name).write_text(e.to_json())
+    restamp_ledger(ledger, {"a": topic("a", [5, 9, 9])})  # the second batch's last record has the same stamp
+    book = Ledger(str(ledger))
+    assert [k[0] for k in book.keys] == [9, 10]
+    with pytest.raises(KappaError, match="topic 'a', not produced by the demo"):
+        restamp_ledger(ledger, {"other": topic("other", [1])})
