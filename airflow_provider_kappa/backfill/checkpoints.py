@@ -181,14 +181,18 @@ class CheckpointStore:
                 + (f" (its Spark run ended with {type(cause).__name__})" if cause is not None else "")
             ) from cause
 
-    def record_session(self, slice_id: str, epoch: str, session: dict[str, str]) -> None:
+    def record_session(self, slice_id: str, epoch: str, session: dict[str, str] | None) -> None:
         """Record the Spark Connect session (``{"server": redacted URL, "session_id"}``) the attempt
-        ``epoch`` runs in, so that the next attempt can stop it (``steps._stop_previous_session``).
+        ``epoch`` runs in, so that the next attempt can stop it (``steps._stop_previous_session``);
+        ``None`` once the session ended with its run.
 
         :raises KappaSupersededError: a newer attempt of the slice started.
         """
         self.check_epoch(slice_id, epoch)
-        self._write(self.epoch_file(slice_id), json.dumps({"epoch": epoch, "session": session}))
+        record: dict[str, Any] = {"epoch": epoch}
+        if session is not None:
+            record["session"] = session
+        self._write(self.epoch_file(slice_id), json.dumps(record))
 
     def session(self, slice_id: str) -> dict[str, str] | None:
         """The Spark Connect session the latest attempt of ``slice_id`` recorded, if any."""

@@ -343,10 +343,12 @@ def _run_on_connect(
     bf.store().record_session(*attempt, {"server": connect.redact_url(url), "session_id": session_id})
     state = connect.read_state(state_file)
     owned = state is not None and state.url == url
-    return connect.run_application(
+    progress = connect.run_application(
         bf.cfg.job.application, conf, url=url, work=private, name=name, server_alive=state.alive if owned and state else None,
         owned=owned, session_id=session_id,
     )  # fmt: skip
+    bf.store().record_session(*attempt, None)  # released by the runner: nothing for the next attempt to stop
+    return progress
 
 
 def _stop_previous_session(bf: Backfill, sp: SlicePlan, url: str | None) -> None:

@@ -6,8 +6,10 @@ siblings snapshot, lock, finish). Slices
 run one after the other (``parallel`` slices are independent, so any order gives the same
 result); each slice's Spark output goes to a log file, not the terminal. Engine ``connect``
 (``job.engine``): slices are sessions of one Spark Connect server, ``job.connect``'s, or a local
-one started for this backfill (only if a slice runs) and stopped at its end, also on failure or
-Ctrl-C. Engine ``submit``: one spark-submit per slice. Exits 0 on
+one started for this backfill (only if a slice runs) and stopped at its end, also on failure,
+Ctrl-C or SIGTERM. Engine ``submit``: one spark-submit per slice. Killed, even by SIGKILL, it
+leaves no Spark process running (parent-death signal, ``backfill/processes.py``), and a retry
+fences out anything it left (docs/sink.md, Fencing). Exits 0 on
 success (published, or validated for ``--dry-run`` / ``--no-publish``, or ``--release-lock``
 done), 1 when a slice fails or validation refuses the publish, 2 on bad input or when another
 backfill holds an overlapping window of a target (``kappa`` prints the error).

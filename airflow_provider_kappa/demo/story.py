@@ -511,6 +511,7 @@ def story_main(argv: list[str]) -> int:
     progress = os.fdopen(os.dup(1), "w", buffering=1)  # not inherited by children (spark-submit)
     sys.stdout.flush()
     os.dup2(2, 1)  # from here on, stdout (ours and our children's) is the log
+    print(f"kappa demo: {spec['job']}'s story (pid {os.getpid()}); its Airflow and Spark output follows", flush=True)
 
     def say(line: str) -> None:
         progress.write(line + "\n")

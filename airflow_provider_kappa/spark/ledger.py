@@ -7,8 +7,9 @@ source's line is ``{"topic": {"partition": next offset}}``). Spark keeps only th
 boundaries into the ledger when it commits the batch (:func:`record_batch`, called by
 :meth:`~airflow_provider_kappa.spark.sink.KappaIcebergStreamWriter.commit` before the Iceberg commit
 and so before Spark's own commit of the batch): every batch the query commits has its entry, a
-replayed batch rewrites the same entry, and a batch that moved no Kafka offset (a no-data batch)
-has none.
+replayed batch rewrites the same entry. A batch that moved no Kafka offset (a no-data batch, run to
+apply an advanced watermark) has its entry too, with empty ranges: Spark drops late events by the
+watermark of the batch before, so a backfill replays live's no-data batches as well.
 
 One JSON file per batch, ``<ledger>/<trigger time in ms, 13 digits>-<batch id>.json``
 (:class:`LedgerEntry`): sorted by name, the ledger is in the order live ran its batches, across
@@ -227,8 +228,8 @@ def read_query_id(checkpoint: str) -> str:
 
 
 def batch_entry(checkpoint: str, batch_id: int) -> LedgerEntry | None:
-    """The ledger entry of micro-batch ``batch_id`` from the checkpoint's offset log, or ``None``
-    when the batch moved no Kafka offset (or the query reads no Kafka).
+    """The ledger entry of micro-batch ``batch_id`` from the checkpoint's offset log (a no-data batch
+    has empty ranges), or ``None`` when the query reads no Kafka.
 
     The start of a partition is its end in the previous batch (``offsets/<batch_id - 1>``), for the
     first batch the source's starting offsets; a partition new in this batch starts at its beginning.
@@ -245,14 +246,9 @@ def batch_entry(checkpoint: str, batch_id: int) -> LedgerEntry | None:
     before = read_offset_log(checkpoint, batch_id - 1) if batch_id > 0 else None
     start_offsets = before.kafka if before is not None else (read_initial_offsets(checkpoint) if batch_id == 0 else {})
     ranges: Ranges = {}
-    moved = False
     for topic, parts in this.kafka.items():
         for partition, end in parts.items():
-            start = start_offsets.get(topic, {}).get(partition)
-            moved = moved or start is None or end > start
-            ranges.setdefault(topic, {})[partition] = (start, end)
-    if not moved:
-        return None
+            ranges.setdefault(topic, {})[partition] = (start_offsets.get(topic, {}).get(partition), end)
     return LedgerEntry(
         query_id=read_query_id(checkpoint),
         batch_id=batch_id,
@@ -270,7 +266,7 @@ def record_batch(checkpoint: str, ledger: str, batch_id: int) -> LedgerEntry | N
     :param checkpoint: the query's checkpoint location.
     :param ledger: the ledger folder (local path or URI).
     :param batch_id: the batch being committed.
-    :returns: the entry, ``None`` for a batch that moved no Kafka offset (nothing written).
+    :returns: the entry, ``None`` when the query reads no Kafka (nothing written).
     """
     entry = batch_entry(checkpoint, batch_id)
     if entry is None:

@@ -57,7 +57,7 @@ def test_example_dags_have_the_backfill_shape_and_params(lake: Path) -> None:
         assert dag.task_dict["slice_parallel"].max_active_tis_per_dagrun == 4
         assert list(dag.params) == [
             "start", "end", "sources", "slice", "max_misalignment_threshold", "warmup", "tail", "mode", "dry_run",
-            "publish", "min_match", "allow_open_end",
+            "publish", "min_match", "allow_open_end", "ledger",
         ]  # fmt: skip
         sources_param = dag.params.get_param("sources")
         assert sources_param.value == sources and sources_param.schema["examples"] == sources

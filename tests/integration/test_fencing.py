@@ -38,52 +38,79 @@ from airflow_provider_kappa.backfill.steps import Backfill
 from airflow_provider_kappa.exceptions import KappaSupersededError
 
 TARGET = "prod.playback_sessions"
-#: one slice over the whole read range [00:00, 02:00) (one micro-batch of data): its staging table must hold
-#: exactly the sessions that start in the window [00:30, 01:30) (all closed by 01:47's watermark)
-START, END = T0 + timedelta(minutes=30), T0 + timedelta(minutes=90)
+#: one slice over the whole read range [00:00, 02:00), two micro-batches (ingestion before and after
+#: LATE): its staging table must hold exactly the sessions that start in the window [00:30, 01:30)
+#: (all closed by 01:47's watermark)
+START, END, LATE = T0 + timedelta(minutes=30), T0 + timedelta(minutes=90), T0 + timedelta(hours=1)
 PARAMS = {
     "start": START.isoformat(),
     "end": END.isoformat(),
     "slice": "2h",
     "warmup": "30min",
     "tail": "30min",
-    "max_misalignment_threshold": "2h",
+    "max_misalignment_threshold": "1h",
 }
 CLI = ["--start", PARAMS["start"], "--end", PARAMS["end"], "--slice", "2h", "--warmup", "30min", "--tail", "30min",
-       "--max-misalignment", "2h"]  # fmt: skip
+       "--max-misalignment", "1h"]  # fmt: skip
 EXAMPLE_APP = REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "playback_sessions.py"
 HOLD_ENV = "KAPPA_TEST_HOLD"
 HELD_APP = f'''
-"""The example sessionizer, unchanged, its input passed through a map that holds the first micro-batch
-of the first process to claim $KAPPA_TEST_HOLD/hold until $KAPPA_TEST_HOLD/release exists."""
+"""The example sessionizer, unchanged, its input passed through a map that can hold a micro-batch: the
+first task to see rows ingested before {LATE.isoformat()} claims $KAPPA_TEST_HOLD/hold-early (if it
+exists) and waits for $KAPPA_TEST_HOLD/release-early; rows from then on: hold-late, release-late.
+The first micro-batch commit with files: hold-commit, release-commit (in the writer's commit, on the
+driver, before anything is committed)."""
+import datetime
 import os
 import runpy
 import time
 
 import airflow_provider_kappa.spark as kappa_spark
+import airflow_provider_kappa.spark.resolve as resolve
+from airflow_provider_kappa.spark.datasource import KappaIcebergDataSource
+from airflow_provider_kappa.spark.sink import KappaIcebergStreamWriter
 
 FOLDER = os.environ["{HOLD_ENV}"]
+LATE = datetime.datetime.fromisoformat({LATE.isoformat()!r})
 read_source = kappa_spark.read_source
 
 
-def hold_first(batches):
+def claim(name):
     try:
-        os.rename(os.path.join(FOLDER, "hold"), os.path.join(FOLDER, "held"))  # one process wins
+        os.rename(os.path.join(FOLDER, "hold-" + name), os.path.join(FOLDER, "held-" + name))  # one task wins
     except FileNotFoundError:
-        pass
-    else:
-        deadline = time.monotonic() + 600
-        while not os.path.exists(os.path.join(FOLDER, "release")) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    yield from batches
+        return
+    deadline = time.monotonic() + 600
+    while not os.path.exists(os.path.join(FOLDER, "release-" + name)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def hold(batches):
+    for batch in batches:
+        if batch.num_rows:
+            claim("late" if max(batch.column("ingestion_ts").to_pylist()) >= LATE else "early")
+        yield batch
+
+
+class HeldWriter(KappaIcebergStreamWriter):
+    def commit(self, messages, batchId):
+        if any(getattr(m, "files", None) for m in messages):
+            claim("commit")
+        super().commit(messages, batchId)
+
+
+class HeldSource(KappaIcebergDataSource):
+    def streamWriter(self, schema, overwrite):
+        return HeldWriter(schema, self.options, overwrite)
 
 
 def held_read_source(spark, name):
     df = read_source(spark, name)
-    return df.mapInArrow(hold_first, df.schema)
+    return df.mapInArrow(hold, df.schema)
 
 
 kappa_spark.read_source = held_read_source
+resolve.KappaIcebergDataSource = HeldSource
 runpy.run_path({str(EXAMPLE_APP)!r}, run_name="__main__")
 '''
 
@@ -97,7 +124,8 @@ def expected_window(oracle: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 @pytest.fixture()
 def held(tmp_path: Path, catalog_props: dict[str, str], catalog: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """The lake, a job config whose application is :data:`HELD_APP`, and the hold folder (armed)."""
+    """The lake, a job config whose application is :data:`HELD_APP`, and the hold folder (the first
+    micro-batch of the first run held: ``hold-early``)."""
     oracle = seed_sessions_incident(catalog, "raw.playbacks", TARGET)
     path = write_job_config(tmp_path, catalog_props)
     app = tmp_path / "held_app.py"
@@ -105,13 +133,14 @@ def held(tmp_path: Path, catalog_props: dict[str, str], catalog: Any, monkeypatc
     path.write_text(path.read_text().replace(str(EXAMPLE_APP), str(app)))
     hold = tmp_path / "hold"
     hold.mkdir()
-    (hold / "hold").touch()
+    (hold / "hold-early").touch()
     monkeypatch.setenv(HOLD_ENV, str(hold))
     out = {"config": path, "hold": hold, "oracle": oracle, "catalog": catalog, "folder": tmp_path}
     try:
         yield out
     finally:
-        (hold / "release").touch()  # never leave a held Spark run behind
+        for name in ("early", "late", "commit"):
+            (hold / f"release-{name}").touch()  # never leave a held Spark run behind
 
 
 def wait_for(predicate: Any, what: str, timeout: float = 300.0) -> None:
@@ -148,65 +177,74 @@ def survivors(procs: dict[int, float], timeout: float = 30.0) -> list[str]:
     deadline = time.monotonic() + timeout
     while running() and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = running()
-    for p in left:  # never leave them behind, whatever the test concludes
+    described = []
+    for p in running():  # never leave them behind, whatever the test concludes
         try:
+            described.append(f"{p.pid} {' '.join(p.cmdline()[:3])}")
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    return [f"{p.pid} {' '.join(p.cmdline()[:3])}" for p in left if p.is_running()]
+        except psutil.Error:
+            described.append(f"{p.pid} (gone while being described)")
+    return described
 
 
 def test_a_retry_fences_out_the_old_run_still_running_its_micro_batch(held: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> None:
-    """Attempt 1 is held in its first micro-batch (its launcher alive, in a thread); the retry runs the
-    whole slice; attempt 1 released then tries to commit: refused, and its launcher fails without
-    keeping its checkpoint or recording the slice done. The staging table holds exactly the window."""
+    """Attempt 1 (its launcher alive, in a thread) is held in the commit of its first micro-batch with
+    output (files written, nothing committed); the retry clears the slice and is held in its first
+    micro-batch; attempt 1, released, tries to commit into the retry's staging table: refused, and its
+    launcher fails without keeping its checkpoint or recording the slice done. The retry, released,
+    commits every batch of its own (none taken for already committed) and stages exactly the window."""
     catalog = held["catalog"]
+    hold = held["hold"]
+    (hold / "hold-early").rename(hold / "hold-commit")  # attempt 1 is held in its first commit
     bf = Backfill.create(load_config(held["config"]), PARAMS)
     (sp,) = steps.plan(bf, snapshot.snapshot(bf)).slices
     store = bf.store()
     staging = bf.staging_table(bf.cfg.sinks["sessions"], sp.slice_id)
     old: dict[str, Any] = {}
+    new: dict[str, Any] = {}
 
-    def old_attempt() -> None:
+    def attempt(out: dict[str, Any]) -> None:
         try:
-            old["result"] = steps.run_slice(bf, sp)
+            out["result"] = steps.run_slice(bf, sp)
         except BaseException as e:  # noqa: BLE001  (asserted below)
-            old["error"] = e
+            out["error"] = e
 
-    thread = threading.Thread(target=old_attempt, daemon=True)
-    thread.start()
-    wait_for(lambda: (held["hold"] / "held").exists() or not thread.is_alive(), "attempt 1 to hold its first micro-batch")
-    assert thread.is_alive(), old
+    first = threading.Thread(target=attempt, args=(old,), daemon=True)
+    first.start()
+    wait_for(lambda: (hold / "held-commit").exists() or not first.is_alive(), "attempt 1 to hold its first commit")
+    assert first.is_alive(), old
     old_epoch = store.current_epoch(sp.slice_id)
 
-    retry = steps.run_slice(bf, sp)  # the old driver is still running, in the middle of a micro-batch
+    (hold / "hold-early").touch()  # the retry is held in its first micro-batch
+    retry = threading.Thread(target=attempt, args=(new,), daemon=True)
+    retry.start()
+    wait_for(lambda: (hold / "held-early").exists() or not retry.is_alive(), "the retry to hold its first micro-batch")
+    assert retry.is_alive(), new
     epoch = store.current_epoch(sp.slice_id)
-    checkpoint = Path(store.attempt(sp.slice_id, epoch or ""))
-    kept = {p.relative_to(checkpoint): p.read_bytes() for p in sorted(checkpoint.rglob("*")) if p.is_file()}
-    staged_by_retry = sorted_rows(catalog.load_table(staging))
+    assert epoch != old_epoch
 
-    (held["hold"] / "release").touch()
-    thread.join(timeout=300)
-    assert not thread.is_alive()
-    # the old run fails: its commit was refused, and its launcher keeps nothing
+    (hold / "release-commit").touch()  # the old driver goes on committing its micro-batch
+    first.join(timeout=300)
+    assert not first.is_alive()
+    (hold / "release-early").touch()
+    retry.join(timeout=300)
+    assert not retry.is_alive()
+    # the old run fails: its commit was refused (by the sink, inside its Spark driver); its launcher keeps nothing
     assert "result" not in old and isinstance(old.get("error"), KappaSupersededError), old
-    # refused by the sink itself, inside the old run's Spark driver
     assert f"KappaSupersededError: staging table {staging!r} belongs to epoch {epoch!r}" in capfd.readouterr().out
-    assert old_epoch != epoch
+    assert "result" in new, new
     assert store.current_epoch(sp.slice_id) == epoch
-    assert store.done(sp.slice_id) == retry
-    # staging: exactly the window, every snapshot the retry's epoch
+    assert store.done(sp.slice_id) == new["result"]
+    # staging: exactly the window, every snapshot the retry's, one per micro-batch with output
     table = catalog.load_table(staging)
-    assert sorted_rows(table) == staged_by_retry == expected_window(held["oracle"])
+    assert sorted_rows(table) == expected_window(held["oracle"])
     assert {s.summary.get("kappa.epoch") for s in table.snapshots()} == {epoch}
-    # the retry's checkpoint: its own offsets and commits only, untouched by the old run
-    after = {p.relative_to(checkpoint): p.read_bytes() for p in sorted(checkpoint.rglob("*")) if p.is_file()}
-    assert after == kept
+    # the retry's checkpoint: its own offsets and commits only; the old attempt's folder is gone
+    checkpoint = Path(store.attempt(sp.slice_id, epoch or ""))
     offsets = sorted(int(p.name) for p in (checkpoint / "sessions" / "offsets").iterdir() if p.name.isdigit())
     commits = sorted(int(p.name) for p in (checkpoint / "sessions" / "commits").iterdir() if p.name.isdigit())
-    assert offsets == commits == list(range(retry["batches"]))
-    assert not Path(store.attempt(sp.slice_id, old_epoch or "")).joinpath("sessions", "commits", "0").exists()
+    assert offsets == commits == list(range(new["result"]["batches"])) and len(offsets) >= 2
+    assert not Path(store.attempt(sp.slice_id, old_epoch or "")).exists()
 
 
 def test_kappa_backfill_sigkilled_leaves_no_spark_process_and_no_catalogs_file(held: dict[str, Any]) -> None:
@@ -222,7 +260,7 @@ def test_kappa_backfill_sigkilled_leaves_no_spark_process_and_no_catalogs_file(h
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
-        wait_for(lambda: (held["hold"] / "held").exists() or proc.poll() is not None, "the slice to hold its first micro-batch")
+        wait_for(lambda: (held["hold"] / "held-early").exists() or proc.poll() is not None, "the slice to hold its first micro-batch")
         assert proc.poll() is None
         tree = descendants(proc.pid)
         assert len(tree) >= 2, tree  # spark-submit (its JVM) and the job's Python processes
@@ -253,15 +291,17 @@ def test_an_airflow_slice_task_killed_stops_its_spark_submit(held: dict[str, Any
     spark: dict[int, float] = {}
     commands: list[str] = []
     errors: list[BaseException] = []
+    left: list[str] = []
 
     def kill_when_held() -> None:
         try:
-            wait_for(lambda: (held["hold"] / "held").exists(), "the slice task to hold its first micro-batch")
+            wait_for(lambda: (held["hold"] / "held-early").exists(), "the slice task to hold its first micro-batch")
             for child in psutil.Process().children():
                 if child.pid not in before:  # the slice's spark-submit, and everything under it
                     spark.update({child.pid: child.create_time(), **descendants(child.pid)})
             commands.extend(" ".join(_cmdline(pid)) for pid in spark)
             os.kill(os.getpid(), signal.SIGTERM)  # the task runner's handler calls the operator's on_kill
+            left.extend(survivors(spark))  # bounded wait; whatever is still running is killed (and reported)
         except BaseException as e:  # noqa: BLE001  (asserted below)
             errors.append(e)
 
@@ -275,7 +315,7 @@ def test_an_airflow_slice_task_killed_stops_its_spark_submit(held: dict[str, Any
         killer.join(timeout=60)
     assert errors == []
     assert any("SparkSubmit" in c for c in commands), commands  # the spark-submit's JVM ran when the task was killed
-    assert survivors(spark) == []
+    assert left == []
     states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
     assert states[("slice_sequential", 0)] == "failed"
 
@@ -315,14 +355,14 @@ def test_on_kill_of_a_connect_slice_stops_its_query_inside_the_server(
 
     thread = threading.Thread(target=attempt, daemon=True)
     thread.start()
-    wait_for(lambda: (held["hold"] / "held").exists() or not thread.is_alive(), "the session's query to hold its micro-batch")
+    wait_for(lambda: (held["hold"] / "held-early").exists() or not thread.is_alive(), "the session's query to hold its micro-batch")
     assert thread.is_alive(), run
     session = store.session(sp.slice_id)
     assert session is not None
     KappaSliceRunOperator(task_id="slice", config_path=str(path), slice_plan=sp.to_dict()).on_kill()
     thread.join(timeout=120)
     assert not thread.is_alive() and "error" in run, run
-    (held["hold"] / "release").touch()  # were the query still running, it would now commit
+    (held["hold"] / "release-early").touch()  # were the query still running, it would now commit
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.remote(with_session_id(connect_server.url, session["session_id"])).create()

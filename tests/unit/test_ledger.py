@@ -42,7 +42,9 @@ def test_each_batch_s_kafka_ranges_are_recorded_from_the_offset_log(checkpoint: 
     ledger = tmp_path / "ledger"
     first = record_batch(str(checkpoint), str(ledger), 0)
     second = record_batch(str(checkpoint), str(ledger), 1)
-    assert record_batch(str(checkpoint), str(ledger), 2) is None  # moved no offset: no entry
+    third = record_batch(str(checkpoint), str(ledger), 2)
+    assert third is not None and third.rows == 0  # a no-data batch: replayed too (it moves the late-event watermark)
+    assert third.ranges == {"clicks": {0: (30, 30), 1: (8, 8), 2: (4, 4)}}
 
     assert first is not None and second is not None
     assert first.ranges == {"clicks": {0: (5, 9), 1: (7, 7)}}  # batch 0 starts where the source started
@@ -52,8 +54,8 @@ def test_each_batch_s_kafka_ranges_are_recorded_from_the_offset_log(checkpoint: 
     assert (second.start_ms, second.watermark_ms, second.rows) == (1_700_000_000_000, 1_699_999_990_000, None)
 
     read = Ledger(str(ledger))
-    assert [k[:2] for k in read.keys] == [(1_700_000_000_000, 0), (1_700_000_002_500, 1)]
-    assert [read.entry(name) for _, _, name in read.keys] == [first, second]
+    assert [k[:2] for k in read.keys] == [(1_700_000_000_000, 0), (1_700_000_002_500, 1), (1_700_000_004_000, 2)]
+    assert [read.entry(name) for _, _, name in read.keys] == [first, second, third]
     before = sorted(p.read_text() for p in ledger.iterdir())
     assert record_batch(str(checkpoint), str(ledger), 1) == second  # a replayed batch writes the same entry
     assert sorted(p.read_text() for p in ledger.iterdir()) == before

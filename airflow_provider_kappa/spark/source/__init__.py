@@ -19,5 +19,6 @@ Spark side:
 - :mod:`.read`        the executors' two read paths (direct Parquet, pyiceberg ``ArrowScan``)
 - :mod:`.offsets`     offsets and read limits
 - :mod:`.bounded`, :mod:`.tail`   the driver-side state of the two modes
+- :mod:`.replay`      the driver-side state of a bounded read replaying the live ledger (option ``ledger``)
 - :mod:`.reader`      :class:`~.reader.KappaIcebergStreamReader`
 """

@@ -7,6 +7,10 @@ partition, the offsets ``[start, end)`` its ledger entry holds; the landed table
 exactly the landed rows inside entry k's ranges, whatever their ingestion times: live's batches,
 row for row, late events included, every source of the query on the same batches.
 
+Live's no-data batches (run to apply a watermark that advanced) are replayed too, as micro-batches
+reading nothing: Spark drops late events by the watermark of the batch before, so the sequence of
+batches, not only their contents, decides which late events count.
+
 Offsets stay ingestion positions ``{"pos": micros}``: the trigger time of the last live batch read.
 A slice reading ``[read_start, read_end)`` replays the live batches whose trigger time lies in it
 (a sequential slice goes on from the checkpoint's position, so a batch of a slice the plan skipped
