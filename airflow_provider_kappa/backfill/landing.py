@@ -16,7 +16,7 @@ from typing import Sequence
 
 from airflow_provider_kappa.backfill.catalogs import CatalogFor
 from airflow_provider_kappa.backfill.config import DynamicSourceConfig, IcebergSourceConfig, JobConfig, KafkaSourceConfig
-from airflow_provider_kappa.backfill.launch import source_conf
+from airflow_provider_kappa.backfill.launch import common_conf, source_conf
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
 from airflow_provider_kappa.spark.conf_keys import AVAILABLE_NOW, KAFKA_COLUMNS, LAND_SOURCES, LIVE, PREFIX, PROCESSING_TIME
 from airflow_provider_kappa.timeparse import format_duration
@@ -135,13 +135,9 @@ def land_conf(
     :param checkpoint: the landing's checkpoint folder (default :func:`land_checkpoint`).
     :param available_now: land what the topics hold now, then stop.
     """
-    conf: dict[str, str] = dict(cfg.job.spark_conf)
+    conf = common_conf(cfg, LIVE, checkpoint or land_checkpoint(cfg), catalogs_file)
     conf.update(
         {
-            PREFIX + "mode": LIVE,
-            PREFIX + "job": cfg.job.name,
-            PREFIX + "checkpoint": checkpoint or land_checkpoint(cfg),
-            PREFIX + "catalogs.file": str(catalogs_file),
             PREFIX + "trigger": AVAILABLE_NOW if available_now else PROCESSING_TIME,
             PREFIX + "trigger.interval": format_duration(cfg.land.interval),
             LAND_SOURCES: ",".join(i.source for i in items),

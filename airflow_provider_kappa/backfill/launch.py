@@ -70,7 +70,16 @@ class SliceRun:
     ledger: str | None = None  # the live ledger (job.ledger) whose micro-batches the sources replay (backfill --ledger)
 
 
-def _common(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str | Path) -> dict[str, str]:
+def common_conf(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str | Path) -> dict[str, str]:
+    """The conf every run of the job starts from (live, backfill slice, landing): the job's
+    ``spark_conf``, the ``spark.kappa.*`` mode, job, checkpoint and catalogs file (``job.catalogs_file``
+    when set), and the launch choices of :func:`submit_keys`.
+
+    :param cfg: the job config.
+    :param mode: ``live`` or ``backfill``.
+    :param checkpoint: the run's checkpoint folder.
+    :param catalogs_file: the run's 0600 catalogs file.
+    """
     conf = dict(cfg.job.spark_conf)
     conf.update(
         {
@@ -155,7 +164,7 @@ def live_conf(cfg: JobConfig, catalogs_file: str | Path, checkpoint: str | None 
     :param catalogs_file: path written by :func:`write_catalogs_file`.
     :param checkpoint: checkpoint folder (default ``<checkpoint_root>/<job>/live``).
     """
-    conf = _common(cfg, LIVE, checkpoint or f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}/live", catalogs_file)
+    conf = common_conf(cfg, LIVE, checkpoint or f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}/live", catalogs_file)
     conf[PREFIX + "trigger"] = PROCESSING_TIME
     conf[PREFIX + "trigger.interval"] = format_duration(cfg.job.live_trigger)
     for name in cfg.job_sources():
@@ -176,7 +185,7 @@ def slice_conf(cfg: JobConfig, run: SliceRun, catalogs_file: str | Path) -> dict
     :param run: the slice's bounds, snapshots, staging tables and checkpoint.
     :param catalogs_file: path written by :func:`write_catalogs_file`.
     """
-    conf = _common(cfg, BACKFILL, run.checkpoint, catalogs_file)
+    conf = common_conf(cfg, BACKFILL, run.checkpoint, catalogs_file)
     conf.update(
         {
             PREFIX + "trigger": AVAILABLE_NOW,

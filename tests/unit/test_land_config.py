@@ -101,6 +101,15 @@ def test_land_conf_reads_the_kafka_candidate_into_the_iceberg_table(tmp_path: Pa
     assert load_settings(land_conf(cfg, landings(cfg), "/c.json", available_now=True)).trigger == "availableNow"
 
 
+def test_land_conf_carries_the_jobs_launch_choices_like_every_other_run(tmp_path: Path) -> None:
+    """kappa land goes through the same launcher as kappa run and the slices: the packed venv,
+    job.env and deploy mode reach its spark-submit too (read and dropped by submit_args)."""
+    cfg = config(tmp_path, job__python_archive="hdfs:///envs/kappa.tar.gz", job__env={"TZ": "UTC"})
+    conf = land_conf(cfg, landings(cfg), "/c.json")
+    assert conf["spark.kappa.submit.python_archive"] == "hdfs:///envs/kappa.tar.gz"
+    assert conf["spark.kappa.submit.env.TZ"] == "UTC"
+
+
 # --------------------------------------------------------------------------- jars
 
 
