@@ -45,14 +45,15 @@ def load_backfill(args: argparse.Namespace) -> Backfill:
     """Load the config, validate the flags, and check (reading only) the tables, so bad input is
     refused before anything is written (:func:`airflow_provider_kappa.backfill.checks.check_inputs`):
     ``kappa plan`` checks the source tables it reads; ``kappa backfill`` also the sinks' target
-    tables and the job's application.
+    tables and the job's application. ``kappa backfill --release-lock`` runs nothing: it is checked
+    like ``kappa plan`` (an abandoned lock must be releasable whatever the data has become since).
     """
     from airflow_provider_kappa.backfill.checks import check_inputs
     from airflow_provider_kappa.backfill.config import load_config
     from airflow_provider_kappa.backfill.steps import Backfill
 
     bf = Backfill.create(load_config(args.config), params_from_args(args))
-    check_inputs(bf, runs=getattr(args, "verb", "backfill") != "plan")
+    check_inputs(bf, runs=getattr(args, "verb", "backfill") != "plan" and not getattr(args, "release_lock", False))
     return bf
 
 

@@ -629,7 +629,9 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     assert "slice s0001 (2/4, sequential): skipped, no source has data in its read range" in caplog.text
     store = bf.store()
     assert store.done("s0001") == skipped
-    assert staged_rows(catalog, bf, "s0001") == []
+    # an empty slice creates no staging table (validate and publish count it as zero rows)
+    assert not catalog.table_exists(bf.staging_table(bf.cfg.sinks["sessions"], "s0001"))
+    assert bf.staging_table(bf.cfg.sinks["sessions"], "s0001") not in bf.staging_tables(bf.cfg.sinks["sessions"], plan)
     # the next slice starts from the checkpoint the slice before the empty one left
     assert steps.slice_ready(bf, plan.slices[2])
     steps.run_slice(bf, plan.slices[2], submit_fn=spark_stand_in)

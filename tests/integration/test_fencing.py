@@ -365,12 +365,21 @@ def test_on_kill_of_a_connect_slice_stops_its_query_inside_the_server(
     (held["hold"] / "release-early").touch()  # were the query still running, it would now commit
     from pyspark.sql import SparkSession
 
+    # a Connect session in this process puts pyspark in Connect mode through the environment
+    # (SPARK_CONNECT_MODE_ENABLED, SPARK_REMOTE), which later tests' classic session and spark-submit
+    # children would inherit: restore it after the check
+    saved = {k: os.environ.get(k) for k in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")}
     spark = SparkSession.builder.remote(with_session_id(connect_server.url, session["session_id"])).create()
     try:
         with pytest.raises(Exception, match="SESSION_CLOSED"):
             spark.streams.active
     finally:
         spark.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     time.sleep(3)
     assert catalog_props and held["catalog"].load_table(bf.staging_table(bf.cfg.sinks["sessions"], sp.slice_id)).current_snapshot() is None
     assert connect_server.alive()  # a session's end never stops the server

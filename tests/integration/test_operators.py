@@ -251,26 +251,36 @@ def slice_op(job: Path, sp: dict[str, Any]) -> KappaSliceRunOperator:
 
 
 def test_sequential_slices_share_a_checkpoint_kept_at_each_boundary(job: Path, catalog: Any, fake_spark: FakeSparkSubmit) -> None:
+    from airflow_provider_kappa.backfill.checkpoints import CheckpointStore
+
     slices = planned(job)
     bid = slices[0]["backfill_id"]
     root = job.parent / "checkpoints" / "playback_sessions" / "backfill" / bid
+    store = CheckpointStore(str(root))
+
+    def commits(slice_id: str) -> list[str]:
+        """The commits in the checkpoint the slice's current attempt ran with (its own folder)."""
+        folder = Path(store.attempt(slice_id, store.current_epoch(slice_id) or "")) / "sessions" / "commits"
+        return sorted(p.read_text() for p in folder.iterdir())
+
     first = run_op(slice_op(job, slices[0]))
     assert (first["rows_read"], first["batches"], first["rows_written"], first["watermark"]) == (10, 2, 2, "2026-11-01T02:00:00.000Z")
-    assert fake_spark.calls[0]["conf"]["spark.kappa.checkpoint"] == str(root / "shared")
+    assert fake_spark.calls[0]["conf"]["spark.kappa.checkpoint"] == store.attempt("s0000", store.current_epoch("s0000") or "")
     assert (root / "boundaries" / "s0001" / "_KAPPA_BOUNDARY").exists()
     run_op(slice_op(job, slices[1]))
     run_op(slice_op(job, slices[2]))
-    commits = root / "shared" / "sessions" / "commits"
-    assert sorted(p.read_text() for p in commits.iterdir()) == ["s0000", "s0001", "s0002"]
+    assert commits("s0002") == ["s0000", "s0001", "s0002"]  # the state flowed slice to slice
     # clearing slice 1 reruns it from the checkpoint kept at its start, with its staging emptied
     staging = catalog.load_table(f"kappa_staging.{[t for t in catalog.list_tables('kappa_staging') if t[1].endswith('s0001')][0][1]}")
     before = sorted_rows(staging)
+    epoch = store.current_epoch("s0001")
     run_op(slice_op(job, slices[1]))
-    assert sorted(p.read_text() for p in commits.iterdir()) == ["s0000", "s0001"]
+    assert store.current_epoch("s0001") != epoch  # a new attempt, on its own folder
+    assert commits("s0001") == ["s0000", "s0001"]
     assert sorted_rows(catalog.load_table(".".join(staging.name()))) == before and len(before) == 1
     # the rerun of slice 1 rewrote the boundary of slice 2: slice 2 reruns from it
     run_op(slice_op(job, slices[2]))
-    assert sorted(p.read_text() for p in commits.iterdir()) == ["s0000", "s0001", "s0002"]
+    assert commits("s0002") == ["s0000", "s0001", "s0002"]
 
 
 def test_a_sequential_slice_waits_for_the_one_before_and_fails_if_it_failed(job: Path, fake_spark: FakeSparkSubmit) -> None:
@@ -306,9 +316,10 @@ def test_parallel_slices_get_fresh_own_checkpoints(job: Path, fake_spark: FakeSp
     op = KappaSliceRunOperator(task_id="slice_parallel", config_path=str(job), slice_plan=slices[1])
     run_op(op, params)
     run_op(op, params)
-    own = Path(fake_spark.calls[1]["conf"]["spark.kappa.checkpoint"])
-    assert own.name == "s0001" and own.parent.name == "slices"
-    assert [p.read_text() for p in (own / "sessions" / "commits").iterdir()] == ["s0001"]  # wiped before the rerun
+    first, own = (Path(c["conf"]["spark.kappa.checkpoint"]) for c in fake_spark.calls)
+    assert own.parent.name == "s0001" and own.parent.parent.name == "attempts" and own != first  # a fresh folder per attempt
+    assert [p.read_text() for p in (own / "sessions" / "commits").iterdir()] == ["s0001"]  # nothing of the first run
+    assert not first.exists()  # the older attempt's folder is removed when the rerun succeeds
     assert fake_spark.calls[1]["conf"]["spark.kappa.read.start"] == at(1, 30).isoformat()
 
 
