@@ -5,9 +5,14 @@ started); it is stopped by signalling that group, never by a process name. Every
 server binds to 127.0.0.1 only. Every wait is bounded and, on timeout, raises
 :class:`DeploymentTimeout` carrying the tail of each server's log.
 
-Modules: :mod:`deploy.airflow_server` (a real Airflow 3 deployment and a small
-REST client), :mod:`deploy.spark_cluster` (a Spark standalone master and workers),
-:mod:`deploy.browser` (headless Chromium over the DevTools protocol).
+Modules: :mod:`servers.airflow_server` (a real Airflow 3 deployment and a small
+REST client), :mod:`servers.spark_cluster` (a Spark standalone master and workers),
+:mod:`servers.browser` (headless Chromium over the DevTools protocol),
+:mod:`servers.connect_server` (one Spark Connect server per session), :mod:`servers.kafka`
+(a KRaft broker), :mod:`servers.rest_catalog` (Apache Iceberg's REST catalog test server),
+:mod:`servers.postgres` (a private PostgreSQL cluster), :mod:`servers.processes`,
+:mod:`servers.tmp_server` (their
+shared fixture helpers).
 """
 
 from __future__ import annotations
