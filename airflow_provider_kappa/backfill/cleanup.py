@@ -41,18 +41,16 @@ No Airflow import here; pyiceberg and pyarrow are imported inside functions.
 from __future__ import annotations
 
 import logging
-import random
-import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Mapping
 
 from airflow_provider_kappa.backfill.catalogs import CatalogFor, job_catalogs
 from airflow_provider_kappa.backfill.checkpoints import backfill_root
 from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig
-from airflow_provider_kappa.backfill.snapshot import TAG_ATTEMPTS
+from airflow_provider_kappa.backfill.snapshot import TAG_ATTEMPTS, retry_commit
 from airflow_provider_kappa.backfill.steps import connect_state_path, tag_name
-from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaSinkError
+from airflow_provider_kappa.exceptions import KappaSinkError
 from airflow_provider_kappa.spark.storage import filesystem
 from airflow_provider_kappa.backfill.params import human_duration
 
@@ -63,8 +61,6 @@ log = logging.getLogger(__name__)
 
 #: Snapshot summary key publish stamps with the backfill id (``backfill/finish.py``).
 BACKFILL_ID_SUMMARY = "kappa.backfill-id"
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -286,26 +282,6 @@ def decide(
 # --------------------------------------------------------------------------- removing
 
 
-def _retry(what: str, step: Callable[[], _T], table: Table | None = None) -> _T:
-    """``step()``, retried when the catalog refuses the commit because another writer committed
-    first (the table, if given, refreshed in between)."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    for attempt in range(1, TAG_ATTEMPTS + 1):
-        try:
-            return step()
-        except CommitFailedException as e:
-            if attempt == TAG_ATTEMPTS:
-                raise KappaCatalogConflictError(
-                    f"{what}: the catalog refused {TAG_ATTEMPTS} commits because other writers committed first ({e}); "
-                    "run the cleanup again"
-                ) from e
-            time.sleep(random.uniform(0.01, 0.05) * attempt)
-            if table is not None:
-                table.refresh()
-    raise AssertionError("unreachable")
-
-
 def remove_tag(table: Table, name: str) -> bool:
     """Remove the tag ``name`` of ``table`` (pyiceberg ``ManageSnapshots.remove_tag``); a tag
     removed concurrently by another process is not an error.
@@ -322,7 +298,7 @@ def remove_tag(table: Table, name: str) -> bool:
         table.manage_snapshots().remove_tag(name).commit()
         return True
 
-    return _retry(f"tag {name!r} of {'.'.join(table.name())!r}", step, table)
+    return retry_commit(f"tag {name!r} of {'.'.join(table.name())!r}", step, table, "run the cleanup again")
 
 
 def _delete_folder(uri: str) -> None:

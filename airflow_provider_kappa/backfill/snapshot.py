@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from airflow_provider_kappa.backfill.lock import DEFAULT_TAG_RETENTION, lock, release_target
 from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaSourceError
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from airflow_provider_kappa.backfill.steps import Backfill
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def snapshot(bf: Backfill, *, tag: bool = True, retention: timedelta = DEFAULT_TAG_RETENTION) -> dict[str, int]:
@@ -85,16 +86,42 @@ def pin(bf: Backfill, *, tag: bool, retention: timedelta = DEFAULT_TAG_RETENTION
 TAG_ATTEMPTS = 8
 
 
-def _create_tag(table: Any, snapshot_id: int, name: str, retention: timedelta) -> None:
-    """Tag ``snapshot_id`` of ``table`` as ``name``; a commit that loses a race with another writer
-    (another backfill tagging the same source table, an ingestion commit) is retried on the
-    refreshed table, and a tag another task of this backfill created first is reused."""
+def retry_commit(what: str, step: Callable[[], T], table: Any, hint: str) -> T:
+    """``step()``, run again on the refreshed ``table`` while the catalog refuses its commit because
+    another writer committed first (another backfill, an ingestion, a cleanup), at most
+    :data:`TAG_ATTEMPTS` times.
+
+    :param what: the object committed, for the messages.
+    :param step: reads ``table`` and commits; safe to repeat.
+    :param table: the table ``step`` commits to.
+    :param hint: what to do when every attempt lost, for the error.
+    :raises KappaCatalogConflictError: every attempt lost its race.
+    """
     import random
     import time
 
     from pyiceberg.exceptions import CommitFailedException
 
     for attempt in range(1, TAG_ATTEMPTS + 1):
+        try:
+            return step()
+        except CommitFailedException as e:
+            if attempt == TAG_ATTEMPTS:
+                raise KappaCatalogConflictError(
+                    f"{what}: the catalog refused {TAG_ATTEMPTS} commits because other writers committed first ({e}); {hint}"
+                ) from e
+            log.info("%s: commit lost a race (%s); retrying on the refreshed table", what, e)
+            time.sleep(random.uniform(0.01, 0.05) * attempt)
+            table.refresh()
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _create_tag(table: Any, snapshot_id: int, name: str, retention: timedelta) -> None:
+    """Tag ``snapshot_id`` of ``table`` as ``name``; a commit that loses a race with another writer
+    (another backfill tagging the same source table, an ingestion commit) is retried on the
+    refreshed table (:func:`retry_commit`), and a tag another task of this backfill created first is reused."""
+
+    def step() -> None:
         ref = table.metadata.refs.get(name)
         if ref is not None:
             if ref.snapshot_id != snapshot_id:
@@ -103,17 +130,6 @@ def _create_tag(table: Any, snapshot_id: int, name: str, retention: timedelta) -
                     f"not the pinned snapshot {snapshot_id}; release it or rerun with the same parameters"
                 )
             return
-        try:
-            table.manage_snapshots().create_tag(
-                snapshot_id, name, max_ref_age_ms=int(retention.total_seconds() * 1000)
-            ).commit()
-            return
-        except CommitFailedException as e:
-            if attempt == TAG_ATTEMPTS:
-                raise KappaCatalogConflictError(
-                    f"tag {name!r} of {'.'.join(table.name())!r}: the catalog refused {TAG_ATTEMPTS} commits "
-                    f"because other writers committed first ({e}); retry the step"
-                ) from e
-            log.info("tag %s of %s: commit lost a race (%s); retrying on the refreshed table", name, table.name(), e)
-            time.sleep(random.uniform(0.01, 0.05) * attempt)
-            table.refresh()
+        table.manage_snapshots().create_tag(snapshot_id, name, max_ref_age_ms=int(retention.total_seconds() * 1000)).commit()
+
+    retry_commit(f"tag {name!r} of {'.'.join(table.name())!r}", step, table, "retry the step")
