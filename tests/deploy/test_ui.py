@@ -118,6 +118,9 @@ def pick(page: Page, label: str, date: str, hhmm: str) -> str:
     """Pick a date (``YYYY/MM/DD``) and a time (``HH:mm``) in the date-time picker of the field
     ``label``, as a person types them into the picker's popover; return what the field shows."""
     picker = f"{field(label)}.querySelector('[data-testid=datetime-input]')"
+    # the form re-renders its fields after every change: find the field afresh, each time until it is there
+    found = f"(() => {{ const f = {field(label)}; return !!(f && f.querySelector('[data-testid=datetime-input]')); }})()"
+    page.wait_for(found, what=f"the field {label}", timeout=15)
     page.evaluate(f"{picker}.click()")
     popover = "document.querySelector('[data-scope=popover][data-part=content][data-state=open]')"
     page.wait_for(f"{popover} && {popover}.querySelectorAll('input').length === 2", what=f"the picker of {label}")
@@ -135,7 +138,11 @@ def pick(page: Page, label: str, date: str, hhmm: str) -> str:
     }})()"""
     )
     page.wait_for(f"!{popover}", what=f"the picker of {label} closed")
-    return str(page.evaluate(f"{picker}.innerText.trim()"))
+    shown = (
+        f"(() => {{ const f = {field(label)}; const p = f && f.querySelector('[data-testid=datetime-input]'); "
+        "const t = p && p.innerText.trim(); return t && !t.includes('Select date') ? t : null; })()"
+    )
+    return str(page.wait_for(shown, what=f"the field {label} showing the picked value", timeout=15))
 
 
 def record_requests(page: Page) -> None:

@@ -221,11 +221,18 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
               "--tail", "0s", "--dry-run"]  # fmt: skip
     assert main(["backfill", "--config", str(config), *window, "--ledger"]) == 0, capsys.readouterr().out[-3000:]
     with_ledger_tables, with_ledger = staged(catalog, set())
-    assert with_ledger == live_rows, (with_ledger - live_rows, live_rows - with_ledger)
+    # What the backfill replaces is live's output inside its window. Live can emit a row before it: a late
+    # event is judged by the previous batch's watermark (Spark's late-event watermark), so when a burst's
+    # batch directly follows the batch that moved the watermark, its 60 s-late events are still counted,
+    # into windows a minute before the first ingestion; the ledger replays that too, but such a row is
+    # owned by a slice before the window and is not the backfill's to stage.
+    owned = Counter({row: n for row, n in live_rows.items() if start <= row[0] < end})
+    assert owned and sum(r[3] for r in owned) > counted // 2, (owned, live_rows)
+    assert with_ledger == owned, (with_ledger - owned, owned - with_ledger)
 
     assert main(["backfill", "--config", str(config), *window]) == 0, capsys.readouterr().out[-3000:]
     _, without = staged(catalog, with_ledger_tables)
-    assert without != live_rows  # cut on the ingestion grid, the late events and the events before live count
+    assert without != owned  # cut on the ingestion grid, the late events and the events before live count
     assert sum(r[3] for r in without) > counted
 
 
