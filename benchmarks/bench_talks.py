@@ -14,8 +14,9 @@ count), and six ways to compute its output:
 - ``strawman 2 (strict order)``: the job reading one file per source per micro-batch
   (``kappa_iceberg`` with ``max_files_per_batch=1``).
 - ``Kappa sequential`` / ``Kappa parallel``: the real backfill path
-  (:mod:`airflow_provider_kappa.backfill.steps` and its siblings: snapshot, plan, one spark-submit per slice,
-  validate), the code the DAG's tasks run. Parallel slices run ``--parallelism`` at once.
+  (:mod:`airflow_provider_kappa.backfill.steps` and its siblings: snapshot, plan, one Spark
+  Connect session per slice on a local server started for the backfill (engine ``connect``, the
+  default), validate), the code the DAG's tasks run. Parallel slices run ``--parallelism`` at once.
 - ``batch job``: the hand-written plain Spark batch job over the same Parquet files (the speed limit).
 
 Every variant runs in its own process with its own JVM (``local[2]``); its wall time includes
@@ -141,7 +142,7 @@ def run_live(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 def run_kappa(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     """The real backfill path, as the DAG's tasks call it: snapshot, plan, slices, validate.
     Nothing is published: the live output stays the reference."""
-    from airflow_provider_kappa.backfill import finish, snapshot, steps
+    from airflow_provider_kappa.backfill import connect, finish, snapshot, steps
     from airflow_provider_kappa.demo.story import PARALLEL_TAIL
     from airflow_provider_kappa.timeparse import format_duration
 
@@ -159,11 +160,14 @@ def run_kappa(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     pinned = snapshot.snapshot(bf)
     plan = steps.plan(bf, pinned)
     planned = time.monotonic() - began
-    if mode == "parallel":
-        with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
-            results = list(pool.map(lambda sp: steps.run_slice(bf, sp), plan.slices))
-    else:
-        results = [steps.run_slice(bf, sp) for sp in plan.slices]
+    try:  # engine connect (the default): the first slice starts the backfill's local server, as the DAG's setup task
+        if mode == "parallel":
+            with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
+                results = list(pool.map(lambda sp: steps.run_slice(bf, sp), plan.slices))
+        else:
+            results = [steps.run_slice(bf, sp) for sp in plan.slices]
+    finally:
+        connect.stop_owned(steps.connect_state_file(bf))
     reports = finish.validate(bf, plan)
     wall = time.monotonic() - began
     progress = _stored_progress(bf.store())

@@ -203,7 +203,7 @@ class LocalConnectServer:
     Master ``job.master``; the job's ``spark_conf`` keys a session cannot set go to it at start
     (in a 0600 properties file). It leads its own process group and is stopped by its pid. Its Python
     processes fork from a warm zygote (:meth:`warm_python`, :mod:`airflow_provider_kappa.spark.warm_daemon`)
-    when ``KAPPA_WARM_DAEMON=1``. Use it as a context manager, or :meth:`start` / :meth:`stop`.
+    unless ``KAPPA_WARM_DAEMON=0``. Use it as a context manager, or :meth:`start` / :meth:`stop`.
 
     :param cfg: the job config (``job.master``, ``job.spark_conf``, ``job.name``).
     :param work: a folder for its log, properties and state files (``server.json``).
@@ -277,9 +277,9 @@ class LocalConnectServer:
     def warm_python(self) -> dict[str, str]:
         """Environment of a server whose Python processes are forked warm
         (:mod:`airflow_provider_kappa.spark.warm_daemon`): ``PYSPARK_PYTHON`` is a small wrapper that
-        hands ``python -m pyspark.*`` to the zygote; empty unless ``KAPPA_WARM_DAEMON=1``, or when the job
-        sets ``spark.pyspark.python``."""
-        if os.environ.get(WARM_DAEMON_ENV, "0") != "1" or "spark.pyspark.python" in self.conf:
+        hands ``python -m pyspark.*`` to the zygote; empty when ``KAPPA_WARM_DAEMON=0`` (Spark's own
+        daemon, cold) or when the job sets ``spark.pyspark.python``."""
+        if os.environ.get(WARM_DAEMON_ENV, "1") == "0" or "spark.pyspark.python" in self.conf:
             return {}
         self._socket_dir = Path(tempfile.mkdtemp(prefix="kappa-wd-"))  # short: AF_UNIX paths are <= 107 bytes
         wrapper = self.work / "python"

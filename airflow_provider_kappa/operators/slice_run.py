@@ -43,7 +43,12 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
     :param backfill_params: parameters (templated; default: the run's Params).
     :param spark_conn_id: Airflow Spark connection to submit through (templated; default: the
         job's ``master`` with a local spark-submit).
-    :param wait_interval: seconds between checks while waiting for the previous slice.
+    :param wait_interval: the longest wait, in seconds, between checks while waiting for the
+        previous slice; the next slice in line checks every ``min_wait_interval`` seconds, a slice
+        ``k`` unfinished slices behind every ``k * min_wait_interval`` (capped at ``wait_interval``),
+        so a slice starts within seconds of its predecessor's end without the slices further behind
+        polling as often.
+    :param min_wait_interval: the wait of the next slice in line, in seconds.
     """
 
     template_fields: Sequence[str] = (*KappaBackfillBaseOperator.template_fields, "slice_plan", "spark_conn_id")
@@ -56,12 +61,14 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
         slice_plan: Any,
         spark_conn_id: str | None = None,
         wait_interval: float = 30.0,
+        min_wait_interval: float = 2.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.slice_plan = slice_plan
         self.spark_conn_id = spark_conn_id
         self.wait_interval = wait_interval
+        self.min_wait_interval = min_wait_interval
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_kappa.backfill.plan import SlicePlan
@@ -117,8 +124,18 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
                 f"sequential slice {sp.slice_id} cannot start: slice {slice_id(previous, sp.count)} "
                 f"(map index {previous}) is {state}; clear it (and the slices after it) to resume"
             )
+        of_run = states.get(ti.run_id) or {}
+        behind = sum(1 for i in range(sp.index) if of_run.get(f"{ti.task_id}_{i}") != "success")
+        delay = wait_delay(behind, self.min_wait_interval, self.wait_interval)
         self.log.info(
-            "sequential slice %s waits for slice %s (state %s) to finish; checking again in %ss",
-            sp.slice_id, slice_id(previous, sp.count), state, self.wait_interval,
+            "sequential slice %s waits for slice %s (state %s; %d unfinished slice(s) before it) to finish; "
+            "checking again in %.0fs",
+            sp.slice_id, slice_id(previous, sp.count), state, behind, delay,
         )  # fmt: skip
-        raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=self.wait_interval))  # type: ignore[no-untyped-call]
+        raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=delay))  # type: ignore[no-untyped-call]
+
+
+def wait_delay(behind: int, shortest: float, longest: float) -> float:
+    """Seconds a sequential slice with ``behind`` unfinished slices before it waits before checking
+    again: ``behind * shortest``, at least ``shortest``, at most ``longest``."""
+    return max(shortest, min(longest, behind * shortest))

@@ -264,6 +264,7 @@ def _fork_manager(conn: socket.socket, others: list[socket.socket]) -> int | Non
             os._exit(code)
     for fd in fds:
         os.close(fd)
+    print(f"warm daemon zygote: forked {' '.join(request['args'][1:2])} as pid {pid}", file=sys.stderr, flush=True)
     conn.sendall(_HEADER.pack(pid))
     conn.settimeout(None)
     return pid

@@ -85,6 +85,7 @@ def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact
     assert "slice s0000 failed: KappaEngineError" in out
     assert not list(checkpoints.rglob("connect/server.json"))  # stopped and forgotten at the end
     # the same command again: a new local server, every slice rerun, exact
+    began = time.time()
     code = main(["backfill", "--config", str(config), *WINDOW, *OPTIONS])
     out, err = capsys.readouterr()
     assert code == 0, out + err
@@ -92,6 +93,10 @@ def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact
     kept = [p for p in checkpoints.rglob("*") if p.is_file() and PLANTED_SECRET in p.read_text(errors="replace")]
     assert not kept and PLANTED_SECRET not in out + err
     assert "slices run 2/2" in out and "published snapshot" in out
+    # the default warm daemon: Spark's Python processes of the slices were forked from the zygote
+    (log,) = [p for p in checkpoints.rglob("connect/server.log") if p.stat().st_mtime >= began]
+    forked = log.read_text(errors="replace")
+    assert "warm daemon zygote: " in forked and forked.count("warm daemon zygote: forked pyspark.") >= 4, forked[-3000:]
     target = catalog.load_table("prod.playback_sessions")
     assert sorted_rows(target) == sorted_rows(pa.Table.from_pylist(expected, schema=sessions_arrow()))
     assert not list(checkpoints.rglob("connect/server.json"))

@@ -173,3 +173,12 @@ def test_a_permanent_wrapper_of_a_transient_fault_is_retried() -> None:
     with pytest.raises(AirflowFailException, match="snapshot: KappaConfigError: bad"):
         with fail_fast("snapshot"):
             raise KappaConfigError("bad")
+
+
+def test_a_sequential_slice_next_in_line_checks_often_and_the_ones_behind_less() -> None:
+    from airflow_provider_kappa.operators.slice_run import wait_delay
+
+    assert wait_delay(1, 2.0, 30.0) == 2.0  # the next slice in line starts within seconds
+    assert wait_delay(5, 2.0, 30.0) == 10.0
+    assert wait_delay(40, 2.0, 30.0) == 30.0  # far behind: the longest wait
+    assert wait_delay(0, 2.0, 30.0) == 2.0  # never a zero-delay loop
