@@ -160,14 +160,17 @@ def run_kappa(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     pinned = snapshot.snapshot(bf)
     plan = steps.plan(bf, pinned)
     planned = time.monotonic() - began
-    try:  # engine connect (the default): the first slice starts the backfill's local server, as the DAG's setup task
+    state_file = steps.connect_state_file(bf)
+    if cfg.job.engine == "connect" and cfg.job.connect is None:
+        connect.ensure_server(cfg, state_file)  # the backfill's local server, as the DAG's setup task starts it
+    try:
         if mode == "parallel":
             with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
                 results = list(pool.map(lambda sp: steps.run_slice(bf, sp), plan.slices))
         else:
             results = [steps.run_slice(bf, sp) for sp in plan.slices]
     finally:
-        connect.stop_owned(steps.connect_state_file(bf))
+        connect.stop_owned(state_file)
     reports = finish.validate(bf, plan)
     wall = time.monotonic() - began
     progress = _stored_progress(bf.store())
@@ -238,6 +241,11 @@ def child(args: argparse.Namespace, variant: str) -> None:
 def _session(cfg: Any, extra: dict[str, str]) -> Any:
     from pyspark.sql import SparkSession
 
+    from airflow_provider_kappa.backfill.progress import PROGRESS_DIR
+
+    if PROGRESS_DIR in extra:  # what the launcher makes of kappa's progress folder: a plain, one-file event log
+        extra = {**extra, "spark.eventLog.enabled": "true", "spark.eventLog.dir": extra[PROGRESS_DIR],
+                 "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}  # fmt: skip
     builder = SparkSession.builder.master(cfg.job.master or "local[2]").appName("kappa-bench-talks")
     conf = {
         **cfg.job.spark_conf,
