@@ -83,7 +83,8 @@ class KappaPublishOperator(KappaLineageMixin, KappaBackfillBaseOperator):
         self.report = report
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa.backfill.finish import publish, summary
+        from airflow_provider_kappa.backfill.checks import closed_end
+        from airflow_provider_kappa.backfill.finish import pinned, publish, summary
 
         bf = self.load_backfill(context)
         plan = self.load_plan(self.plan, bf, self.task_id)
@@ -103,19 +104,22 @@ class KappaPublishOperator(KappaLineageMixin, KappaBackfillBaseOperator):
         if len(slice_results) != len(plan.slices):
             missing = [s.slice_id for s in plan.slices if store.done(s.slice_id) is None]
             raise AirflowFailException(f"{self.task_id}: slice(s) {missing} have not completed; refusing to publish")
+        with fail_fast(f"{self.task_id}: published window"):
+            end = closed_end(bf, pinned(plan))  # allow_open_end: the part the landed data closes
         with fail_fast(f"{self.task_id}: publish"):
             results = {name: asdict(r) for name, r in publish(bf, plan).items()}
         committed = {name: r.get("snapshot_id") for name, r in results.items()}
         self.kappa_lineage = Lineage(bf, source_tables(bf, plan.slices[0].snapshot_ids), target_tables(bf, committed))
         self.log.info("%s", summary(bf, plan, slice_results, self.report, results))
-        self._record_asset_events(context, bf.cfg, bf.id, bf.params.start.isoformat(), bf.params.end.isoformat(), results)
+        self._record_asset_events(context, bf.cfg, bf.id, bf.params.start.isoformat(), end.isoformat(), results)
         return results
 
     def _record_asset_events(
         self, context: Context, cfg: JobConfig, backfill_id: str, start: str, end: str, results: Mapping[str, Any]
     ) -> None:
-        """Put the window, the published snapshot and the backfill id on the asset event of each
-        target table among this task's outlets (Airflow records the events when the task succeeds)."""
+        """Put the window published (``end`` clipped by ``allow_open_end`` to what the landed data
+        closes), the published snapshot and the backfill id on the asset event of each target table
+        among this task's outlets (Airflow records the events when the task succeeds)."""
         outlets = {a.uri for a in self.outlets if isinstance(a, Asset)}
         for name, asset in sink_assets(cfg).items():
             if asset.uri not in outlets:

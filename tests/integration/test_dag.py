@@ -238,7 +238,10 @@ def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_ass
     assert in_incident(after) == in_incident(sorted_rows(_arrow(expected))) != []
     config = load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml")
     backfill_id = Backfill.create(config, {**conf, "start": day[0].isoformat(), "end": day[1].isoformat()}).id
-    assert f"backfill {backfill_id}: parameters" in capfd.readouterr().out
+    out = capfd.readouterr().out
+    assert f"backfill {backfill_id}: parameters" in out
+    published_end = T0 + timedelta(hours=3, minutes=15)  # what the landed data closes (its end minus the tail)
+    assert f"validated and published [{day[0].isoformat()}, {published_end.isoformat()})" in out
     with create_session() as session:
         events = session.scalars(
             select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(
@@ -256,7 +259,7 @@ def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_ass
                     "sink": "sessions",
                     "table": "prod.playback_sessions",
                     "start": day[0].isoformat(),
-                    "end": day[1].isoformat(),
+                    "end": published_end.isoformat(),  # clipped by the open end, not the day's end
                     "snapshot_id": catalog.load_table("prod.playback_sessions").current_snapshot().snapshot_id,
                 },
             )
