@@ -335,6 +335,12 @@ def _run_on_connect(
         url = connect.ensure_server(bf.cfg, state_file).url
     session_id = str(uuid.uuid4())
     if url is None:
+        log.warning(
+            "slice %s: no Spark Connect server for backfill %s (no job.connect, no server state file %s): starting one "
+            "for this slice alone, a Spark start per slice; kappa backfill and the DAG's setup task start one per "
+            "backfill (connect.ensure_server(cfg, connect_state_file(bf)))",
+            attempt[0], bf.id, state_file,
+        )  # fmt: skip
         with connect.LocalConnectServer(bf.cfg, private / "server", die_with_parent=True) as server:
             return connect.run_application(
                 bf.cfg.job.application, conf, url=server.url, work=private, name=name, server_alive=server.alive,
