@@ -123,4 +123,27 @@ def run(args: argparse.Namespace) -> int:
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     console.print(f"~{plan.rows} rows to read in {len(plan.slices)} slice(s) (estimates from manifest statistics)")
+    open_end = open_end_notice(bf, snapshot_ids)
+    if open_end:
+        console.print(f"[yellow]warning:[/] {open_end}")
     return 0
+
+
+def open_end_notice(bf: Backfill, snapshot_ids: dict[str, int]) -> str | None:
+    """What ``kappa backfill`` would say of a window whose ``end + tail`` lies past the landed data
+    at these snapshots (it refuses it, or with ``allow_open_end`` publishes only the part the landed
+    data closes); ``None`` when the landed data closes the whole window."""
+    from airflow_provider_kappa.backfill.checks import landed_end
+
+    p = bf.params
+    landed = landed_end(bf, snapshot_ids)
+    if landed is None or p.read_end <= landed.end:
+        return None
+    closes = max(p.start, landed.end - p.tail)  # as checks.closed_end
+    past = (
+        f"end + tail = {p.read_end.isoformat()} lies past the landed data (source {landed.source} landed through "
+        f"{landed.end.isoformat()}), which closes the window only up to {closes.isoformat()}"
+    )
+    if not p.allow_open_end:
+        return f"{past}: kappa backfill refuses this window (pass --allow-open-end to publish only that part)"
+    return f"{past}: with --allow-open-end, kappa backfill validates and publishes [{p.start.isoformat()}, {closes.isoformat()})"

@@ -99,6 +99,12 @@ def test_an_open_end_is_refused_then_published_up_to_what_the_data_closes_throug
     # the sqlite catalog waits 2 s for a lock held by another connection, then says "database is locked"
     config = write_job_config(tmp_path, {**catalog_props, "uri": catalog_props["uri"] + "?timeout=2"})
 
+    # kappa plan (writes nothing) says what the backfill will do with the open end
+    for extra, says in (([], "kappa backfill refuses this window"),
+                        (["--allow-open-end"], "validates and publishes [2026-11-01T05:00:00+00:00, 2026-11-01T05:40:00+00:00)")):
+        assert main(["plan", "--config", str(config), *ARGV, *extra]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "past the landed data" in text and says in text, text[-2000:]
     code = main(["backfill", "--config", str(config), *ARGV])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and "past the landed data" in err and "--allow-open-end" in err, err
