@@ -144,6 +144,8 @@ def open_end_notice(bf: Backfill, snapshot_ids: dict[str, int]) -> str | None:
         f"end + tail = {p.read_end.isoformat()} lies past the landed data (source {landed.source} landed through "
         f"{landed.end.isoformat()}), which closes the window only up to {closes.isoformat()}"
     )
+    if closes <= p.start:
+        return f"{past}: kappa backfill refuses this window, even with --allow-open-end (the landed data closes no part of it)"
     if not p.allow_open_end:
         return f"{past}: kappa backfill refuses this window (pass --allow-open-end to publish only that part)"
     return f"{past}: with --allow-open-end, kappa backfill validates and publishes [{p.start.isoformat()}, {closes.isoformat()})"

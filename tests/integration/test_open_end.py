@@ -105,6 +105,11 @@ def test_an_open_end_is_refused_then_published_up_to_what_the_data_closes_throug
         assert main(["plan", "--config", str(config), *ARGV, *extra]) == 0
         text = " ".join(capsys.readouterr().out.split())
         assert "past the landed data" in text and says in text, text[-2000:]
+    later = list(ARGV)
+    later[later.index("--start") + 1] = at(6).isoformat()  # the data (landed through 06:00) closes none of it
+    assert main(["plan", "--config", str(config), *later, "--allow-open-end"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "refuses this window, even with --allow-open-end" in text, text[-2000:]
     code = main(["backfill", "--config", str(config), *ARGV])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and "past the landed data" in err and "--allow-open-end" in err, err
