@@ -3,8 +3,10 @@
 The deployment is the three long-running components a production install has, each a
 separate process group: ``airflow api-server`` (REST API, UI and the execution API the
 tasks talk to), ``airflow scheduler`` (LocalExecutor) and ``airflow dag-processor``.
-AIRFLOW_HOME is a private folder holding the sqlite metadata DB, the config, the logs and
-the simple auth manager's password file (one ``admin`` user with a random password).
+AIRFLOW_HOME is a private folder holding the metadata DB (sqlite, unless ``extra_env`` sets
+``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``: tests/deploy/test_airflow.py puts it on PostgreSQL), the
+config, the logs and the simple auth manager's password file (one ``admin`` user with a random
+password).
 The metadata DB is migrated with ``airflow db migrate`` before any component starts.
 
 Typical use::
