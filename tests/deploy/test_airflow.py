@@ -369,8 +369,8 @@ GOOD = {"start": INCIDENT_START.isoformat(), "end": INCIDENT_END.isoformat()}
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        # refused by its date-time format or by its pattern, whichever the stored schema lists first (the
-        # serialized DAG on PostgreSQL is JSONB, whose keys come back sorted): either way the key and the value
+        # refused by its date-time format or by its pattern, whichever is checked first (the pattern's message
+        # came first with a sqlite metadata DB, the format's with PostgreSQL): either way the key and the value
         ({"start": "2026-11-01T01:00:00"}, "Invalid input for param start: '2026-11-01T01:00:00' "),
         ({"mode": "banana"}, "Invalid input for param mode: 'banana' is not one of ['sequential', 'parallel']"),
         ({"max_misalignment_threshold": "0s"}, "Invalid input for param max_misalignment_threshold: '0s' does not match"),
