@@ -288,4 +288,10 @@ def closed_end(bf: Backfill, snapshot_ids: Mapping[str, int]) -> datetime:
     landed = landed_end(bf, snapshot_ids)
     if landed is None or p.read_end <= landed.end:
         return p.end
-    return max(p.start, landed.end - p.tail)
+    return closed_by(bf, landed)
+
+
+def closed_by(bf: Backfill, landed: LandedEnd) -> datetime:
+    """How far the landed data closes ``bf``'s window: the landed end minus ``tail`` (by the tail's
+    contract), at least ``start`` (then it closes none of it)."""
+    return max(bf.params.start, landed.end - bf.params.tail)
