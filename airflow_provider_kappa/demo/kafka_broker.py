@@ -108,7 +108,10 @@ class KafkaBroker:
         self.work.mkdir(parents=True, exist_ok=True)
         began = time.monotonic()
         if not self.port:
-            self.port, self.controller_port = free_port(), free_port()
+            self.port = free_port()
+            self.controller_port = free_port()
+            while self.controller_port == self.port:  # the OS may hand the just-closed port out again
+                self.controller_port = free_port()
         props = self.properties()
         if not (self.work / "data" / "meta.properties").exists():
             fmt = subprocess.run(
