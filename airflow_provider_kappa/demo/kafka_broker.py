@@ -35,6 +35,16 @@ def _java() -> str:
     return found
 
 
+def cluster_id() -> str:
+    """A random KRaft cluster id: a UUID in URL-safe base64, never starting with ``-`` (the storage
+    tool's argument parser would read it as an option: 1 id in 64; Kafka's ``Uuid.randomUuid`` draws
+    again for the same reason)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
+
+
 class KafkaBroker:
     """One Kafka node (broker + controller) on 127.0.0.1.
 
@@ -51,7 +61,7 @@ class KafkaBroker:
         self.controller_port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.seconds = 0.0
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = cluster_id()
 
     @property
     def bootstrap_servers(self) -> str:

@@ -137,6 +137,14 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def into_next_minute_unless(left: float) -> None:
+    """Sleep into the next minute (1 s in) when less than ``left`` seconds of this one are left."""
+    t = now()
+    remaining = 60 - t.second - t.microsecond / 1e6
+    if remaining < left:
+        time.sleep(remaining + 1)
+
+
 def burst(count: int, first: int, *, late: int = 0) -> list[tuple[int, datetime, dict[str, Any]]]:
     """``count`` on-time events (event time 0-2 s before now) and ``late`` ones (event time 60 s
     before now: behind live's 10 s watermark once an earlier batch advanced it), alternate partitions,
@@ -192,7 +200,11 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
             n += count + late
             if wait:
                 wait_for(f"live reading {n} events", lambda: caught_up(checkpoint, acks), live)
-        # an event far ahead closes every window above (its own stays open, live and backfill alike)
+        # an event far ahead closes every window above (its own stays open, live and backfill alike). The
+        # rows it closes are emitted by the batch reading it and the no-data batch after it; a slice
+        # replays the live batches live *started* in its range, so both must start before the window's
+        # end (the flush's minute + 1; --tail 0s: the landed data ends there): not in a minute's last 20 s
+        into_next_minute_unless(left=20)
         flush = [(0, now(), {"event_id": "flush", "account_id": 9, "amount": 0, "event_ts": (now() + timedelta(seconds=40)).isoformat()})]
         acks += produce(bootstrap, topic, flush)
         wait_for("live catching up", lambda: caught_up(checkpoint, acks, then_one_more=True), live)
@@ -217,6 +229,8 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
     start = first.replace(second=0, microsecond=0)
     last = datetime.fromtimestamp(max(ts for _, _, ts in acks) / 1000, timezone.utc)
     end = last.replace(second=0, microsecond=0) + timedelta(minutes=1)  # the landed data's last 1-min cell
+    last_trigger = datetime.fromtimestamp(max(e.end_ms for e in entries) / 1000, timezone.utc)
+    assert last_trigger < end, f"live's closing batch started at {last_trigger}, past the window's end {end}: live too slow"
     window = ["--start", start.isoformat(), "--end", end.isoformat(), "--slice", "1min", "--max-misalignment", "1min",
               "--tail", "0s", "--dry-run"]  # fmt: skip
     assert main(["backfill", "--config", str(config), *window, "--ledger"]) == 0, capsys.readouterr().out[-3000:]

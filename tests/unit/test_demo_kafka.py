@@ -3,11 +3,13 @@ story: micro-batch limits and the ledger put back on the lake's time axis."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 import pytest
 
+from airflow_provider_kappa.demo.kafka_broker import cluster_id
 from airflow_provider_kappa.demo.kafka_client import Ack
 from airflow_provider_kappa.demo.kafka_lake import Topic, batch_limits, kafka_unavailable, restamp_ledger
 from airflow_provider_kappa.demo.story import DemoOptions, _start_broker
@@ -23,6 +25,13 @@ def test_without_fetched_jars_the_demo_falls_back_saying_why_in_one_line(tmp_pat
     broker, said = _start_broker(DemoOptions(workdir=tmp_path / "demo"), tmp_path / "demo")
     assert broker is None and said == why
     assert not (tmp_path / "demo" / "kafka").exists()  # nothing started
+
+
+def test_a_cluster_id_is_a_uuid_the_storage_tool_never_reads_as_an_option() -> None:
+    # one plain base64url UUID in 64 starts with '-': kafka-storage then failed 'expected one argument'
+    ids = [cluster_id() for _ in range(3000)]  # a plain draw would give ~47 such ids
+    assert not [i for i in ids if i.startswith("-")]
+    assert all(len(base64.urlsafe_b64decode(i + "==")) == 16 for i in ids) and len(set(ids)) == len(ids)
 
 
 def test_no_kafka_option_chooses_the_iceberg_tail_without_looking_for_a_broker(tmp_path: Path) -> None:
