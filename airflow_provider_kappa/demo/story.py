@@ -525,7 +525,8 @@ def story_main(argv: list[str]) -> int:
 
 def _start_broker(opts: DemoOptions, workdir: Path) -> tuple[Any, str]:
     """A running :class:`~airflow_provider_kappa.demo.kafka_broker.KafkaBroker` in ``<workdir>/kafka``
-    and ``""``, or ``None`` and why there is none (one line)."""
+    and ``""``, or ``None`` and why there is none (one line; a start that failed keeps its whole
+    message in ``<workdir>/kafka/start-error.log``)."""
     from airflow_provider_kappa.demo.kafka_broker import KafkaBroker
     from airflow_provider_kappa.demo.kafka_lake import kafka_unavailable
 
@@ -538,7 +539,10 @@ def _start_broker(opts: DemoOptions, workdir: Path) -> tuple[Any, str]:
     try:
         broker.start()
     except KappaError as e:  # the fallback the issue asks for: the demo goes on without Kafka
-        return None, f"the broker did not start: {str(e).splitlines()[0]}"
+        kept = workdir / "kafka" / "start-error.log"  # the whole message (a tool's usage, a log tail)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(f"{e}\n")
+        return None, f"the broker did not start: {str(e).splitlines()[0]} (whole message: {kept})"
     return broker, ""
 
 

@@ -27,6 +27,20 @@ def test_without_fetched_jars_the_demo_falls_back_saying_why_in_one_line(tmp_pat
     assert not (tmp_path / "demo" / "kafka").exists()  # nothing started
 
 
+def test_a_broker_that_does_not_start_falls_back_in_one_line_keeping_the_whole_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    java = tmp_path / "jdk" / "bin" / "java"  # the process boundary: a java that fails as the storage tool did
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\necho 'usage: kafka-storage format [-h] --config CONFIG' >&2\necho 'kafka-storage: error: expected one argument' >&2\nexit 1\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    broker, said = _start_broker(DemoOptions(workdir=tmp_path / "demo"), tmp_path / "demo")
+    kept = tmp_path / "demo" / "kafka" / "start-error.log"
+    assert broker is None and "\n" not in said and said.startswith("the broker did not start: formatting the Kafka storage")
+    assert str(kept) in said and "expected one argument" in kept.read_text() and "usage: kafka-storage" in kept.read_text()
+
+
 def test_a_cluster_id_is_a_uuid_the_storage_tool_never_reads_as_an_option() -> None:
     # one plain base64url UUID in 64 starts with '-': kafka-storage then failed 'expected one argument'
     ids = [cluster_id() for _ in range(3000)]  # a plain draw would give ~47 such ids
