@@ -7,6 +7,8 @@
   killed, an Airflow task's process killed), the kernel signals the child at once.
 - :data:`RUNNING` / :func:`stop_running`: the stops of the runs in progress in this process, so
   an Airflow task's ``on_kill`` ends its Spark application (the slice operator calls it).
+- :func:`sigterm_raises`: SIGTERM turned into an exception in the main thread, so a CLI verb
+  unwinds (stopping its children cleanly) as on Ctrl-C.
 - :func:`private_folder`: the run's private temporary folder (the 0600 catalogs file), removed
   at the end, and, when its creator died without removing it (SIGKILL), by the next run on the
   machine: its name holds the creator's pid and start time.
@@ -189,3 +191,28 @@ def private_folder(label: str, base: Path | None = None) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def sigterm_raises(exception: Callable[[int], BaseException]) -> Iterator[None]:
+    """While the block runs, SIGTERM raises ``exception(signum)`` in the main thread (a service
+    manager's or a scheduler's stop): the block unwinds as on Ctrl-C, its ``finally`` and ``except``
+    clauses stop the Spark children cleanly. Off the main thread (no signal handler can be set
+    there) the block runs unchanged. SIGKILL cannot be caught: the children get the parent-death
+    signal (:func:`child_options`).
+
+    :param exception: signal number -> the exception to raise (``SystemExit(143)`` for a command
+        that fails when stopped, ``KeyboardInterrupt`` for one whose stop is its normal end).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise exception(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

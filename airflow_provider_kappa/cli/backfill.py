@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from airflow_provider_kappa.backfill.processes import sigterm_raises
 from airflow_provider_kappa.cli.plan import add_backfill_arguments, load_backfill, plan_table, print_header
 
 if TYPE_CHECKING:
@@ -93,28 +94,6 @@ def slice_log(path: Path) -> Iterator[None]:
             steps.propagate = saved[1]
 
 
-@contextmanager
-def terminate_as_exit() -> Iterator[None]:
-    """While the block runs, SIGTERM ends ``kappa backfill`` like Ctrl-C: ``SystemExit(143)`` unwinds
-    it, so its Spark run is stopped, its server stopped and its private folder removed. (SIGKILL
-    cannot be caught: the children get a parent-death signal, ``backfill/processes.py``.)"""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminate(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def connect_server(bf: Backfill, plan: BackfillPlan, resume: bool, stack: ExitStack, console: Console) -> str | None:
     """The Spark Connect URL the slices run on (engine ``connect``): ``job.connect``'s, else a local
     server started now and stopped when ``stack`` closes (also on failure or Ctrl-C), only if
@@ -172,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with ExitStack() as stack, Progress(*columns, console=console) as progress:
-        stack.enter_context(terminate_as_exit())
+        stack.enter_context(sigterm_raises(lambda signum: SystemExit(128 + signum)))  # stopped: fails, cleaned up
         try:
             connect_url = connect_server(bf, plan, args.resume, stack, console)
         except KappaEngineError as e:

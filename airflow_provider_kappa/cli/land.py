@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import signal
 from pathlib import Path
-from types import FrameType
 
 from airflow_provider_kappa.backfill.catalogs import job_catalogs
 from airflow_provider_kappa.backfill.config import load_config
 from airflow_provider_kappa.backfill.jvm import kafka_connector_conf
 from airflow_provider_kappa.backfill.landing import check_tables, describe, land_checkpoint, land_conf, landings, selected
 from airflow_provider_kappa.backfill.launch import write_catalogs_file
+from airflow_provider_kappa.backfill.processes import sigterm_raises
 from airflow_provider_kappa.timeparse import format_duration
 
 APPLICATION = "airflow_provider_kappa.spark.landing"
@@ -40,10 +39,6 @@ def application() -> Path:
     return Path(spec.origin)
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def run(args: argparse.Namespace) -> int:
     """Land until stopped (or, ``--available-now``, until the topics are landed)."""
     # imported when the verb runs (not when the CLI's parser is built), like the other verbs' steps
@@ -58,18 +53,16 @@ def run(args: argparse.Namespace) -> int:
     conf = kafka_connector_conf(land_conf(cfg, items, catalogs_file, checkpoint=checkpoint, available_now=args.available_now))
     every = "what the topics hold now" if args.available_now else f"every {format_duration(cfg.land.interval)}"
     print(f"kappa land: {cfg.job.name} on {cfg.job.master}, {every}, checkpoint {checkpoint}\n{describe(items)}", flush=True)
-    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        submit(
-            application(),
-            conf,
-            properties_file=private / "spark.properties",
-            name=f"kappa-{cfg.job.name}-land",
-            master=cfg.job.master,
-            class_data_sharing=cfg.job.class_data_sharing,
-        )
+        with sigterm_raises(lambda signum: KeyboardInterrupt(f"signal {signum}")):  # stopped: its normal end
+            submit(
+                application(),
+                conf,
+                properties_file=private / "spark.properties",
+                name=f"kappa-{cfg.job.name}-land",
+                master=cfg.job.master,
+                class_data_sharing=cfg.job.class_data_sharing,
+            )
     except KeyboardInterrupt:
         print("kappa land: stopped; a restart lands from the checkpoint", flush=True)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     return 0

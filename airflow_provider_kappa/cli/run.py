@@ -16,6 +16,7 @@ from pathlib import Path
 from airflow_provider_kappa.backfill.config import KafkaSourceConfig, load_config
 from airflow_provider_kappa.backfill.jvm import kafka_connector_conf
 from airflow_provider_kappa.backfill.launch import live_conf, write_catalogs_file
+from airflow_provider_kappa.backfill.processes import sigterm_raises
 from airflow_provider_kappa.spark.conf_keys import PREFIX
 
 
@@ -26,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the job live until it is stopped or fails."""
+    """Run the job live until it is stopped (Ctrl-C or SIGTERM end it and its Spark driver; exit 0)
+    or fails."""
     # imported when the verb runs (not when the CLI's parser is built), like the other verbs' steps
     from airflow_provider_kappa.backfill.submit import submit
 
@@ -41,12 +43,16 @@ def run(args: argparse.Namespace) -> int:
         conf[PREFIX + "ledger"] = cfg.job.ledger
         ledger = f", live ledger {cfg.job.ledger}"
     print(f"kappa run: {cfg.job.name} live on {cfg.job.master}, checkpoint {checkpoint}{ledger}", flush=True)
-    submit(
-        cfg.job.application,
-        conf,
-        properties_file=private / "spark.properties",
-        name=f"kappa-{cfg.job.name}-live",
-        master=cfg.job.master,
-        class_data_sharing=cfg.job.class_data_sharing,
-    )
+    try:
+        with sigterm_raises(lambda signum: KeyboardInterrupt(f"signal {signum}")):  # stopped: its normal end
+            submit(
+                cfg.job.application,
+                conf,
+                properties_file=private / "spark.properties",
+                name=f"kappa-{cfg.job.name}-live",
+                master=cfg.job.master,
+                class_data_sharing=cfg.job.class_data_sharing,
+            )
+    except KeyboardInterrupt:  # its spark-submit was stopped cleanly (SIGTERM, then its process group)
+        print("kappa run: stopped; a restart runs from the checkpoint", flush=True)
     return 0

@@ -5,7 +5,8 @@ catalog, ``kappa backfill`` over the landed rows.
 - Exact against Kafka-live (issue 15 item 5): live's micro-batches are uneven (bursts of different
   sizes between triggers) and drop late events; ``kappa backfill --ledger`` replays live's batches
   from the live ledger and stages exactly live's output (multiset equality), while the same backfill
-  without the ledger stages something else.
+  without the ledger stages something else. Live is then stopped as a service manager stops it
+  (SIGTERM to ``kappa run`` alone): it stops its Spark tree and exits 0.
 - Reliability (item 6): ``kappa run`` SIGKILLed mid-stream and restarted from its checkpoint, then the
   broker stopped and restarted under the running job: every event counted once.
 """
@@ -87,6 +88,23 @@ class Live:
             time.sleep(0.5)
         if _group(self.proc.pid):
             os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def stop(self) -> tuple[int | None, list[str]]:
+        """SIGTERM to ``kappa run`` alone (a service manager's stop; it stops its spark-submit's whole
+        tree): its exit code and what of its process group still ran 10 s after (then killed)."""
+        assert self.proc is not None
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            code: int | None = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            code = None
+        deadline = time.monotonic() + 10
+        while _group(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        leftovers = _group(self.proc.pid)
+        self.kill()
+        return code, leftovers
 
     def tail(self) -> str:
         return self.log.read_text()[-4000:] if self.log.exists() else ""
@@ -209,7 +227,9 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
         acks += produce(bootstrap, topic, flush)
         wait_for("live catching up", lambda: caught_up(checkpoint, acks, then_one_more=True), live)
     finally:
-        live.kill(signal.SIGTERM)
+        code, leftovers = live.stop()
+    assert code == 0 and "kappa run: stopped; a restart runs from the checkpoint" in live.tail(), (code, live.tail())
+    assert not leftovers, f"processes of kappa run still ran after its stop: {leftovers}"
     live_rows = Counter(rows_of(catalog, "prod.summary"))
     assert live_rows, live.tail()
     counted = sum(r[3] for r in live_rows)
