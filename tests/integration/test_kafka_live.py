@@ -48,10 +48,12 @@ SCHEMA = "event_id STRING, account_id BIGINT, amount BIGINT, event_ts TIMESTAMP"
 KAPPA = str(Path(sys.executable).parent / "kappa")
 
 
-def write_config(tmp_path: Path, catalog_props: dict[str, str], bootstrap: str, topic: str) -> Path:
+def write_config(tmp_path: Path, catalog_props: dict[str, str], bootstrap: str, topic: str, connect_url: str | None = None) -> Path:
+    """The job's kappa.yaml; ``connect_url``: its backfills' slices run on that Spark Connect server."""
+    connect = f"\nconnect: {{url: '{connect_url}'}}" if connect_url else ""
     return write_kafka_job_config(
         tmp_path, catalog_props, bootstrap, topic, name="kafkalive", schema=SCHEMA, job=JOB,
-        job_keys="live_trigger: 2s", kafka_keys="starting_offsets: latest",
+        job_keys="live_trigger: 2s" + connect, kafka_keys="starting_offsets: latest",
     )  # fmt: skip
 
 
@@ -192,7 +194,7 @@ def staged(catalog: Any, exclude: set[str]) -> tuple[set[str], Counter[tuple[Any
 
 
 def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
-    kafka_broker: Any, tmp_path: Path, catalog_props: dict[str, str], catalog: Any, capsys: Any
+    kafka_broker: Any, tmp_path: Path, catalog_props: dict[str, str], catalog: Any, capsys: Any, connect_server: Any
 ) -> None:
     from airflow_provider_kappa.backfill.config import load_config
     from airflow_provider_kappa.spark.ledger import Ledger
@@ -200,7 +202,7 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
     bootstrap = kafka_broker.bootstrap_servers
     topic = f"live-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, partitions=2)
-    config = write_config(tmp_path, catalog_props, bootstrap, topic)
+    config = write_config(tmp_path, catalog_props, bootstrap, topic, connect_server.url)  # backfills: the shared server
     cfg = load_config(config)
     checkpoint = tmp_path / "checkpoints" / "kafkalive" / "live" / "summary"
     # before live starts (startingOffsets latest): landed, never read live, so not live's output

@@ -89,7 +89,8 @@ def lock_at_publish(catalog_props: dict[str, str]) -> Iterator[LockAtPublish]:
 
 
 def test_an_open_end_is_refused_then_published_up_to_what_the_data_closes_through_a_locked_catalog(
-    tmp_path: Path, catalog: Any, catalog_props: dict[str, str], capsys: pytest.CaptureFixture[str], lock_at_publish: LockAtPublish
+    tmp_path: Path, catalog: Any, catalog_props: dict[str, str], capsys: pytest.CaptureFixture[str], lock_at_publish: LockAtPublish,
+    connect_server: Any,
 ) -> None:
     append_events(create_events_table(catalog, SOURCE), EVENTS)
     oracle = expected_sessions(EVENTS)  # the correct rows (live went on past 06:00 and closed them all)
@@ -97,7 +98,8 @@ def test_an_open_end_is_refused_then_published_up_to_what_the_data_closes_throug
     create_sessions_table(catalog, TARGET).append(pa.Table.from_pylist(damaged, schema=sessions_arrow()))
     before = sorted_rows(catalog.load_table(TARGET))
     # the sqlite catalog waits 2 s for a lock held by another connection, then says "database is locked"
-    config = write_job_config(tmp_path, {**catalog_props, "uri": catalog_props["uri"] + "?timeout=2"})
+    # (its slices run on the session's shared Spark Connect server: the engine is not what this tests)
+    config = write_job_config(tmp_path, {**catalog_props, "uri": catalog_props["uri"] + "?timeout=2"}, engine="connect", connect_url=connect_server.url)
 
     # kappa plan (writes nothing) says what the backfill will do with the open end
     for extra, says in (([], "kappa backfill refuses this window"),
