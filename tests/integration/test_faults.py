@@ -2,9 +2,10 @@
 
 One tiny lake (tests/lake.py ``seed_sessions_incident``: playbacks 00:00-03:50, a bad window
 [01:00, 03:00) in prod.playback_sessions) and one backfill of 2 sequential slices, run for real
-(``kappa backfill``, one spark-submit per slice, local Spark). Spark runs are what costs, so:
+(``kappa backfill``, local Spark). Spark runs are what costs, so:
 
-- ``clean``: the clean run, once per module (2 spark-submits); its target rows are the expectation.
+- ``clean``: the clean run, once per module (engine connect on the session's shared Spark Connect
+  server, the default engine); its target rows are the expectation.
 - ``faulted``: the SAME backfill (same parameters, so the same id, tag, staging tables and
   checkpoints) rerun under every fault that needs Spark, in the order they would hit production:
   source appends between and during slices (ingestion goes on), snapshot expiry on the source,
@@ -91,14 +92,21 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def clean(lake: dict[str, Any]) -> dict[str, Any]:
-    """The clean run: ``kappa backfill`` (2 sequential slices), as a user runs it."""
+def clean(lake: dict[str, Any], connect_server: Any) -> dict[str, Any]:
+    """The clean run: ``kappa backfill`` (2 sequential slices), as a user runs it, with the default
+    engine (connect) on the session's shared server: the faulted reruns (engine submit, whose driver
+    they kill) must end where it ends, so the two engines are held to the same rows as well."""
     import pyarrow as pa
+    import yaml
 
     from airflow_provider_kappa.cli import main
 
+    raw = yaml.safe_load(lake["config"].read_text())  # the same job, backfill id, checkpoints and catalog
+    raw["job"]["engine"], raw["job"]["connect"] = "connect", {"url": connect_server.url}
+    config = lake["folder"] / "kappa-connect.yaml"
+    config.write_text(yaml.safe_dump(raw))
     began = time.monotonic()
-    code = main(["backfill", "--config", str(lake["config"]), "--start", PARAMS["start"], "--end", PARAMS["end"], *CLI_OPTIONS])
+    code = main(["backfill", "--config", str(config), "--start", PARAMS["start"], "--end", PARAMS["end"], *CLI_OPTIONS])
     seconds = time.monotonic() - began
     assert code == 0
     catalog = lake["catalog"]
