@@ -247,9 +247,10 @@ def check_landed(bf: Backfill) -> LandedEnd | None:
 
     landed = landed_end(bf)
     p = bf.params
-    if landed is None or p.read_end <= landed.end:
+    short = falls_short(bf, landed)
+    if short is None:
         return landed
-    closes = landed.end - p.tail
+    landed, closes = short, closed_by(bf, short)
     what = (
         f"backfill window [{p.start.isoformat()}, {p.end.isoformat()}) with tail {human_duration(p.tail)} reads "
         f"ingestion time up to end + tail = {p.read_end.isoformat()}, past the landed data: source {landed.source} "
@@ -285,10 +286,14 @@ def closed_end(bf: Backfill, snapshot_ids: Mapping[str, int]) -> datetime:
     p = bf.params
     if not p.allow_open_end:
         return p.end
-    landed = landed_end(bf, snapshot_ids)
-    if landed is None or p.read_end <= landed.end:
-        return p.end
-    return closed_by(bf, landed)
+    short = falls_short(bf, landed_end(bf, snapshot_ids))
+    return p.end if short is None else closed_by(bf, short)
+
+
+def falls_short(bf: Backfill, landed: LandedEnd | None) -> LandedEnd | None:
+    """``landed`` when ``bf``'s read range (``end + tail``) ends past it, else ``None`` (also when
+    there are no ingestion statistics to tell)."""
+    return landed if landed is not None and bf.params.read_end > landed.end else None
 
 
 def closed_by(bf: Backfill, landed: LandedEnd) -> datetime:

@@ -133,11 +133,11 @@ def open_end_notice(bf: Backfill, snapshot_ids: dict[str, int]) -> str | None:
     """What ``kappa backfill`` would say of a window whose ``end + tail`` lies past the landed data
     at these snapshots (it refuses it, or with ``allow_open_end`` publishes only the part the landed
     data closes); ``None`` when the landed data closes the whole window."""
-    from airflow_provider_kappa.backfill.checks import closed_by, landed_end
+    from airflow_provider_kappa.backfill.checks import closed_by, falls_short, landed_end
 
     p = bf.params
-    landed = landed_end(bf, snapshot_ids)
-    if landed is None or p.read_end <= landed.end:
+    landed = falls_short(bf, landed_end(bf, snapshot_ids))
+    if landed is None:
         return None
     closes = closed_by(bf, landed)
     past = (
