@@ -292,6 +292,82 @@ def batch_app(lake: Path, start: datetime, end: datetime, tail: str, out: Path) 
     spark.stop()
 
 
+def run_stream(work: Path, lake: Path, size: Size) -> dict[str, Any]:
+    """The Structured Streaming floor, one ``spark-submit`` (the batch job's conf): Spark's own
+    streaming Parquet source over copies of the same files, in ingestion order, as many files per
+    micro-batch as give kappa's number of data micro-batches, the streaming job's aggregation and
+    watermark, Spark's Parquet file sink, ``availableNow``. No Iceberg, no slices, no kappa: what any Structured
+    Streaming backfill of this job at this micro-batch size costs here."""
+    import pyspark
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+    run = work / "stream"
+    shutil.rmtree(run, ignore_errors=True)
+    (run / "files").mkdir(parents=True)
+    table = catalog(lake).load_table(SOURCE)
+    read_end = size.end + size.tail
+    flt = And(GreaterThanOrEqual("ingestion_ts", size.start.isoformat()), LessThan("ingestion_ts", read_end.isoformat()))
+    field = table.schema().find_field("ingestion_ts")
+    upper = lambda task: from_bytes(field.field_type, task.file.upper_bounds[field.field_id])  # noqa: E731
+    tasks = sorted(table.scan(row_filter=flt).plan_files(), key=lambda t: (upper(t), t.file.file_path))
+    base = time.time() - 10 * len(tasks)
+    for i, task in enumerate(tasks):  # Spark's file source takes files oldest first: mtime = ingestion order
+        copy = run / "files" / f"{i:05d}.parquet"
+        shutil.copyfile(task.file.file_path.removeprefix("file://"), copy)
+        os.utime(copy, (base + i, base + i))
+    # as many data micro-batches as kappa's (one per threshold of the read range): the files are
+    # one landing a minute, but late rows make more files overlap the range than it has minutes
+    cells = -(-int((read_end - size.start).total_seconds()) // int(size.tail.total_seconds()))
+    files_per_batch = -(-len(tasks) // cells)
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    cmd = [str(spark_submit), "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
+           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
+           str(Path(__file__).resolve()), "stream-app", "--files", str(run / "files"), "--per-batch", str(files_per_batch),
+           "--start", size.start.isoformat(), "--end", size.end.isoformat(), "--tail", size.threshold, "--out", str(run)]  # fmt: skip
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    result = timed(cmd, run / "stream.log", env)
+    result["command"] = " ".join(cmd)
+    result["files"] = len(tasks)
+    result["files_per_batch"] = files_per_batch
+    records = json.loads((run / "progress.json").read_text())
+    dur = [r["durationMs"].get("triggerExecution", 0) / 1000 for r in records]
+    result.update(batches=len(records), first_batch_s=round(dur[0], 2) if dur else None,
+                  steady_median_s=round(statistics.median(dur[1:]), 2) if len(dur) > 1 else None,
+                  batches_s=round(sum(dur), 2))  # fmt: skip
+    return result
+
+
+def stream_app(files: Path, per_batch: int, start: datetime, end: datetime, tail: str, out: Path) -> None:
+    """The Structured Streaming floor (runs inside spark-submit): the streaming job's query over
+    Spark's own file source and sink."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from airflow_provider_kappa.timeparse import parse_duration
+
+    read_end = end + parse_duration(tail, "tail")
+    spark = SparkSession.builder.appName("bench-stream").getOrCreate()
+    schema = spark.read.parquet(str(next(files.iterdir()))).schema
+    rows = (
+        spark.readStream.schema(schema).option("maxFilesPerTrigger", per_batch).parquet(str(files))
+        .where((F.col("ingestion_ts") >= F.lit(start)) & (F.col("ingestion_ts") < F.lit(read_end)))
+    )  # fmt: skip
+    counts = (
+        rows.withWatermark("event_ts", "10 minutes")
+        .groupBy(F.window("event_ts", "5 minutes"), "show_id")
+        .count()
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "show_id", "count")
+    )
+    query = (
+        counts.writeStream.format("parquet").outputMode("append").option("path", str(out / "rows"))
+        .option("checkpointLocation", str(out / "checkpoint")).trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination()
+    (out / "progress.json").write_text(json.dumps([json.loads(p.json) for p in query.recentProgress]))
+    spark.stop()
+
+
 # --------------------------------------------------------------------------- results
 
 
@@ -307,6 +383,17 @@ def batch_rows(work: Path) -> list[tuple[Any, ...]]:
     import pyarrow.parquet as pq
 
     return _rows(pq.read_table(work / "batch" / "rows", columns=["window_start", "show_id", "count"]))
+
+
+def stream_rows(work: Path, size: Size) -> list[tuple[Any, ...]]:
+    """The floor's output windows of ``[start, end)`` (its file sink's folder; ``_spark_metadata`` is skipped)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(work / "stream" / "rows", columns=["window_start", "show_id", "count"])
+    start = pc.greater_equal(t["window_start"], pc.cast(size.start, t.schema.field("window_start").type))
+    end = pc.less(t["window_start"], pc.cast(size.end, t.schema.field("window_start").type))
+    return _rows(t.filter(pc.and_(start, end)))
 
 
 def _rows(t: Any) -> list[tuple[Any, ...]]:
@@ -357,14 +444,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         a = p.parse_args(argv[1:])
         batch_app(Path(a.lake), datetime.fromisoformat(a.start), datetime.fromisoformat(a.end), a.tail, Path(a.out))
         return
+    if argv and argv[0] == "stream-app":
+        p = argparse.ArgumentParser()
+        for flag in ("--files", "--per-batch", "--start", "--end", "--tail", "--out"):
+            p.add_argument(flag, required=True)
+        a = p.parse_args(argv[1:])
+        stream_app(Path(a.files), int(a.per_batch), datetime.fromisoformat(a.start), datetime.fromisoformat(a.end),
+                   a.tail, Path(a.out))  # fmt: skip
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/kappa-bench-backfill"))
     parser.add_argument("--sizes", default="2000000,8000000", help="landed rows, comma-separated")
     parser.add_argument("--engines", default=None,
                         help="comma-separated: connect, connect-cold (local server without the warm daemon), submit "
-                             "(default connect,submit; connect with --quick)")
+                             "(default connect,submit; connect with --quick; '' for none: the batch job and the floor)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 20k rows over 1.5 h, 1 h window, 1 h slices")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="more job.spark_conf")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="skip the Structured Streaming floor (Spark's own file source and sink, one spark-submit)")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -372,7 +469,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         sizes = [Size(int(n), 8.5, 8, "2h", "15min") for n in args.sizes.split(",")]
     extra_conf = dict(kv.split("=", 1) for kv in args.conf)
-    engines = [e for e in (args.engines or ("connect" if args.quick else "connect,submit")).split(",") if e]
+    default_engines = "connect" if args.quick else "connect,submit"
+    engines = [e for e in (default_engines if args.engines is None else args.engines).split(",") if e]
     doc: dict[str, Any] = {"machine": machine(), "command": " ".join([sys.executable, *sys.argv]), "sizes": {}}
     for size in sizes:
         lake = args.workdir / f"lake-{size.label()}"
@@ -381,6 +479,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         runs: dict[str, Any] = {"batch": run_batch(work, lake, size)}
         print(size.label(), "batch", {k: v for k, v in runs["batch"].items() if k != "command"}, flush=True)
         truth = batch_rows(work)
+        if not args.no_floor:
+            floor = run_stream(work, lake, size)
+            floor["match"] = compare(truth, stream_rows(work, size))
+            floor["ratio"] = {"wall": round(floor["wall_s"] / runs["batch"]["wall_s"], 2),
+                              "cpu": round(floor["cpu_s"] / runs["batch"]["cpu_s"], 2)}  # fmt: skip
+            runs["stream_floor"] = floor
+            print(size.label(), "stream floor", {k: v for k, v in floor.items() if k != "command"}, flush=True)
         for engine in engines:
             kappa = run_kappa(work, lake, size, engine, extra_conf)
             kappa["match"] = compare(truth, published_rows(lake, size))
@@ -406,8 +511,13 @@ def table(doc: dict[str, Any]) -> str:
     for label, runs in doc["sizes"].items():
         b = runs["batch"]
         out.append(f"| {label} | batch job | {b['wall_s']} | {b['cpu_s']} | 1 | | | | | | | |")
+        if "stream_floor" in runs:
+            f = runs["stream_floor"]
+            out.append(f"| {label} | Structured Streaming floor | {f['wall_s']} | {f['cpu_s']} | {f['ratio']['wall']}x / "
+                       f"{f['ratio']['cpu']}x | 1 (one JVM) | | {f['first_batch_s']} | {f['steady_median_s']} | | "
+                       f"| {f['match']['exact']} |")  # fmt: skip
         for engine, k in runs.items():
-            if engine == "batch":
+            if engine in ("batch", "stream_floor"):
                 continue
             s = k["summary"]
             out.append(
