@@ -17,6 +17,8 @@ count), and six ways to compute its output:
   (:mod:`airflow_provider_kappa.backfill.steps` and its siblings: snapshot, plan, one Spark
   Connect session per slice on a local server started for the backfill (engine ``connect``, the
   default), validate), the code the DAG's tasks run. Parallel slices run ``--parallelism`` at once.
+  Both at ``--threshold``; ``Kappa sequential, threshold = landing interval`` is sequential at
+  ``--landing``: one landing per micro-batch, as live reads them.
 - ``batch job``: the hand-written plain Spark batch job over the same Parquet files (the speed limit).
 
 Every variant runs in its own process with its own JVM (``local[2]``); its wall time includes
@@ -57,13 +59,14 @@ WARMUP = timedelta(minutes=30)
 #: The compared window ends this long before the lake: live (which stops at the lake's end)
 #: has closed every rmi window before it (10-minute watermark + 30-minute join bound + 5-minute window).
 TAIL = timedelta(hours=1)
-VARIANTS = ("live", "strawman1", "strawman2", "sequential", "parallel", "batch")
+VARIANTS = ("live", "strawman1", "strawman2", "sequential", "parallel", "sequential_landing", "batch")
 LABELS = {
     "live": "live reference (the truth)",
     "strawman1": "strawman 1: unordered (random files, {files} per batch)",
     "strawman2": "strawman 2: strict order (1 file per batch)",
     "sequential": "Kappa sequential",
     "parallel": "Kappa parallel",
+    "sequential_landing": "Kappa sequential, threshold = landing interval",
     "batch": "hand-written batch job (speed limit)",
 }
 
@@ -139,7 +142,7 @@ def run_live(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return {"wall": wall, **_progress_facts(read_progress(events)), "planning": _offset_seconds(read_progress(events))}
 
 
-def run_kappa(args: argparse.Namespace, mode: str) -> dict[str, Any]:
+def run_kappa(args: argparse.Namespace, mode: str, threshold: str) -> dict[str, Any]:
     """The real backfill path, as the DAG's tasks call it: snapshot, plan, slices, validate.
     Nothing is published: the live output stays the reference."""
     from airflow_provider_kappa.backfill import connect, finish, snapshot, steps
@@ -151,7 +154,7 @@ def run_kappa(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     cfg = job_config(lake)
     raw = {
         "start": start.isoformat(), "end": end.isoformat(), "mode": mode, "slice": args.slice,
-        "max_misalignment_threshold": args.threshold, "warmup": "30min", "publish": False,
+        "max_misalignment_threshold": threshold, "warmup": "30min", "publish": False,
         "tail": format_duration(PARALLEL_TAIL),
     }  # fmt: skip
     began = time.monotonic()
@@ -443,7 +446,7 @@ def table(args: argparse.Namespace, lake: dict[str, Any], results: dict[str, dic
         if r is None:
             continue
         label = LABELS[v].format(files=args.unordered_files)
-        if v in ("sequential", "parallel"):
+        if v in ("sequential", "parallel", "sequential_landing"):
             label += f" ({r['slices']} slices of {args.slice}" + (f", {args.parallelism} at once)" if v == "parallel" else ")")
         ratio = f"{r['wall'] / base:.1f}x" if base else "-"
         match = "(truth)" if v == "live" else f"{match_rate(r['match']):.2f}%"
@@ -521,7 +524,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             continue
         loads = os.getloadavg()
         if v in ("sequential", "parallel"):
-            r = run_kappa(args, v)
+            r = run_kappa(args, v, args.threshold)
+        elif v == "sequential_landing":  # one landing per micro-batch, as live reads them
+            r = run_kappa(args, "sequential", args.landing)
         else:
             r = run_child(args, v, out)
             r["match"] = compare_with_live(args, v, r)
