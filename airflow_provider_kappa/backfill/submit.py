@@ -68,6 +68,21 @@ def spark_env() -> dict[str, str]:
     }
 
 
+def _kubernetes_provider_missing(master: str | None, conn_id: str | None) -> Exception:
+    """The error for a Kubernetes master without Airflow's Kubernetes provider. The Spark provider
+    imports that provider's ``kube_client`` under ``contextlib.suppress(ImportError)``, so its hook
+    then fails with ``NameError: name 'kube_client' is not defined``, which names neither the
+    setting nor the fix."""
+    from airflow_provider_kappa.exceptions import KappaConfigError
+
+    where = f"job.master {master!r}" if conn_id == LOCAL_CONN_ID else f"the master of Spark connection {conn_id!r}"
+    return KappaConfigError(
+        f"{where} is a Kubernetes master (k8s://), and Airflow's Kubernetes provider, which SparkSubmitHook "
+        "needs for it, is not installed here; install it with: pip install 'airflow-provider-kappa[kubernetes]' "
+        "(apache-airflow-providers-cncf-kubernetes)"
+    )
+
+
 def submit(
     application: str | Path,
     conf: Mapping[str, str],
@@ -104,13 +119,18 @@ def submit(
             {"conn_type": "spark", "host": master or "local[*]"}
         )
     # The job's deploy mode (job.deploy_mode) wins over the connection's deploy-mode extra.
-    hook = SparkSubmitHook(
-        conn_id=conn_id,
-        name=name,
-        properties_file=str(properties_file),
-        deploy_mode=conf.get(SUBMIT_PREFIX + "deploy_mode"),
-        application_args=list(application_args) or None,
-    )
+    try:
+        hook = SparkSubmitHook(
+            conn_id=conn_id,
+            name=name,
+            properties_file=str(properties_file),
+            deploy_mode=conf.get(SUBMIT_PREFIX + "deploy_mode"),
+            application_args=list(application_args) or None,
+        )
+    except NameError as e:
+        if "kube_client" not in str(e):
+            raise
+        raise _kubernetes_provider_missing(master, conn_id) from e
     connection = hook._connection  # the resolved connection: master and deploy mode (no public accessor)
     run_id = uuid.uuid4().hex
     args = submit_args(

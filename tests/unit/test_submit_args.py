@@ -204,3 +204,32 @@ def test_a_live_run_keeps_the_users_event_log_settings_as_they_are(tmp_path: Pat
     assert (off.conf["spark.eventLog.enabled"], off.event_log_dir) == ("false", None)
     on = args_for(conf, "yarn")
     assert (on.event_log_dir, on.user_event_log, "spark.eventLog.compress" in on.conf) == ("hdfs:///spark-history", True, False)
+
+
+@pytest.mark.parametrize("via_connection", [False, True])
+def test_a_kubernetes_master_without_the_kubernetes_provider_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via_connection: bool
+) -> None:
+    """Airflow's Spark provider fails with ``NameError: kube_client`` here; kappa names the
+    setting and the package instead, before anything is written or started."""
+    import airflow.providers.apache.spark.hooks.spark_submit as spark_submit
+
+    from airflow_provider_kappa.backfill.submit import submit
+
+    # the state the Spark provider's module is in when the Kubernetes provider is not installed
+    # (its import of kube_client is suppressed); this venv does not install it, but a machine may
+    monkeypatch.delattr(spark_submit, "kube_client", raising=False)
+    app = tmp_path / "job.py"
+    app.write_text("print('never runs')\n")
+    props = tmp_path / "run.properties"
+    master, conn_id = "k8s://https://127.0.0.1:6443", None
+    if via_connection:
+        conn_id = "spark_k8s"
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_K8S", '{"conn_type": "spark", "host": "k8s://https://127.0.0.1:6443"}')
+    with pytest.raises(KappaConfigError) as err:
+        submit(app, {"spark.kappa.job": "j"}, properties_file=props, name="j", master=master, conn_id=conn_id)
+    where = "the master of Spark connection 'spark_k8s'" if via_connection else "job.master 'k8s://https://127.0.0.1:6443'"
+    assert str(err.value).startswith(where + " is a Kubernetes master (k8s://)")
+    assert "pip install 'airflow-provider-kappa[kubernetes]'" in str(err.value)
+    assert isinstance(err.value.__cause__, NameError)
+    assert not props.exists()
