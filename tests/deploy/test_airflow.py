@@ -36,7 +36,7 @@ from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sessions_
 
 from servers import wait_until
 from servers.airflow_server import AirflowClient, AirflowDeployment, airflow_deployment, connection_env
-from servers.processes import ProcessWatch, group_pids
+from servers.processes import ProcessWatch, listening_ports
 from servers.postgres import PostgresServer, postgres  # noqa: F401  (module-scoped cluster: the metadata DB)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -412,41 +412,9 @@ def test_connection_created_through_rest_is_stored_without_exposing_password(cli
 
 
 def test_deployment_listens_on_loopback_only(airflow: AirflowDeployment) -> None:
-    listening = _listening_ports(airflow)
+    listening = listening_ports(server.pid for server in airflow.servers)
     assert airflow.port in listening, listening
     assert all(addr.startswith("127.") or addr.startswith("::ffff:127.") for addr in listening.values()), listening
-
-
-def _listening_ports(airflow: AirflowDeployment) -> dict[int, str]:
-    """TCP ports our Airflow processes listen on -> bound address (from /proc/net/tcp*)."""
-    import socket
-
-    inodes: set[str] = set()
-    for server in airflow.servers:
-        for pid in group_pids(server.pid):
-            fd_dir = Path(f"/proc/{pid}/fd")
-            try:
-                for fd in fd_dir.iterdir():
-                    target = str(fd.readlink()) if fd.is_symlink() else ""
-                    if target.startswith("socket:["):
-                        inodes.add(target[8:-1])
-            except (FileNotFoundError, PermissionError):
-                continue
-    out: dict[int, str] = {}
-    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
-        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            parts = line.split()
-            local, state, inode = parts[1], parts[3], parts[9]
-            if state != "0A" or inode not in inodes:  # 0A = LISTEN
-                continue
-            hex_addr, hex_port = local.split(":")
-            raw = bytes.fromhex(hex_addr)
-            if family == socket.AF_INET:
-                addr = socket.inet_ntop(family, raw[::-1])
-            else:
-                addr = socket.inet_ntop(family, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
-            out[int(hex_port, 16)] = addr
-    return out
 
 
 def runs_of(client: AirflowClient, dag_id: str) -> list[dict[str, Any]]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,8 +28,8 @@ from integration.test_faults import test_the_lock_check_and_set_is_atomic_under_
 from unit.test_namespace_race import test_concurrent_first_staging_tables_all_get_created  # noqa: F401
 from unit.test_snapshot_race import test_concurrent_tags_of_one_table_all_commit  # noqa: F401
 
-from deploy.test_airflow import _listening_ports  # /proc/net/tcp* of a server's process group
 from servers import free_port
+from servers.processes import listening_ports  # /proc/net/tcp* of a server's process group
 from servers.postgres import PostgresServer, postgres  # noqa: F401  (module-scoped cluster)
 
 _databases = itertools.count()
@@ -56,7 +55,7 @@ def test_the_catalog_of_these_tests_is_postgres(catalog: Any) -> None:
 
 
 def test_postgres_listens_on_loopback_only(postgres: PostgresServer) -> None:  # noqa: F811
-    listening = _listening_ports(SimpleNamespace(servers=[postgres.process]))
+    listening = listening_ports([postgres.process.pid])
     assert list(listening) == [postgres.port], listening
     assert all(addr.startswith(("127.", "::ffff:127.")) for addr in listening.values()), listening
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from urllib.parse import urlparse
 
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
@@ -20,7 +19,7 @@ import pytest
 from airflow_env import write_job_config
 from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sessions_arrow, sorted_rows
 
-from deploy.test_airflow import _listening_ports  # /proc/net/tcp* of a server's process group
+from servers.processes import listening_ports  # /proc/net/tcp* of a server's process group
 from servers.rest_catalog import RestCatalogServer, rest_catalog  # noqa: F401  (module-scoped server)
 
 SOURCE = "raw.playbacks"
@@ -68,6 +67,6 @@ def test_a_backfill_through_a_rest_catalog_from_an_airflow_connection_is_exact(
 
 def test_the_rest_catalog_listens_on_loopback_only(rest_catalog: RestCatalogServer) -> None:  # noqa: F811
     # upstream's RESTCatalogServer binds every interface; kappa's launcher binds 127.0.0.1
-    listening = _listening_ports(SimpleNamespace(servers=[rest_catalog.process]))
+    listening = listening_ports([rest_catalog.process.pid])
     assert list(listening) == [rest_catalog.port], listening
     assert all(addr.startswith(("127.", "::ffff:127.")) for addr in listening.values()), listening

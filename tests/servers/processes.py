@@ -50,6 +50,41 @@ def group_pids(pgid: int) -> list[int]:
     return sorted(p for p, info in process_table().items() if info.pgrp == pgid and info.state != "Z")
 
 
+def listening_ports(pgids: Iterable[int]) -> dict[int, str]:
+    """TCP ports the members of process groups ``pgids`` listen on -> bound address (``/proc/net/tcp*``).
+
+    :param pgids: process group ids (a server's pid: each leads its own group).
+    """
+    import socket
+
+    inodes: set[str] = set()
+    for pgid in pgids:
+        for pid in group_pids(pgid):
+            fd_dir = Path(f"/proc/{pid}/fd")
+            try:
+                for fd in fd_dir.iterdir():
+                    target = str(fd.readlink()) if fd.is_symlink() else ""
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+            except (FileNotFoundError, PermissionError):
+                continue
+    out: dict[int, str] = {}
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            parts = line.split()
+            local, state, inode = parts[1], parts[3], parts[9]
+            if state != "0A" or inode not in inodes:  # 0A = LISTEN
+                continue
+            hex_addr, hex_port = local.split(":")
+            raw = bytes.fromhex(hex_addr)
+            if family == socket.AF_INET:
+                addr = socket.inet_ntop(family, raw[::-1])
+            else:
+                addr = socket.inet_ntop(family, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
+            out[int(hex_port, 16)] = addr
+    return out
+
+
 def descendants(roots: Iterable[int], table: dict[int, ProcInfo] | None = None) -> set[int]:
     """Pids of ``roots``, their descendants, and every process in the session of a root (a
     process re-parented to init after its parent ended still counts).
