@@ -245,10 +245,10 @@ def _session(cfg: Any, extra: dict[str, str]) -> Any:
     from pyspark.sql import SparkSession
 
     from airflow_provider_kappa.backfill.progress import PROGRESS_DIR
+    from airflow_provider_kappa.backfill.submit_args import private_event_log
 
     if PROGRESS_DIR in extra:  # what the launcher makes of kappa's progress folder: a plain, one-file event log
-        extra = {**extra, "spark.eventLog.enabled": "true", "spark.eventLog.dir": extra[PROGRESS_DIR],
-                 "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}  # fmt: skip
+        extra = {**extra, **private_event_log(extra[PROGRESS_DIR])}
     builder = SparkSession.builder.master(cfg.job.master or "local[2]").appName("kappa-bench-talks")
     conf = {
         **cfg.job.spark_conf,

@@ -67,6 +67,12 @@ SUBMIT_PREFIX = PREFIX + "submit."
 _INTERNAL = (PROGRESS_DIR, CATALOGS_SHIP)
 
 
+def private_event_log(folder: str) -> dict[str, str]:
+    """The Spark conf of kappa's own event log in ``folder`` (a run's progress folder): one plain
+    JSON-lines file, neither compressed nor rolled, so that the run's progress is read from it."""
+    return {EVENT_LOG_ENABLED: "true", EVENT_LOG_DIR: folder, EVENT_LOG_COMPRESS: "false", EVENT_LOG_ROLLING: "false"}
+
+
 def _internal(key: str) -> bool:
     return key in _INTERNAL or key.startswith(SUBMIT_PREFIX)
 
@@ -237,14 +243,7 @@ def submit_args(
             event_dir = user[EVENT_LOG_DIR]
     elif PROGRESS_DIR in conf:
         event_dir = conf[PROGRESS_DIR]
-        out.update(
-            {
-                EVENT_LOG_ENABLED: "true",
-                EVENT_LOG_DIR: event_dir,
-                EVENT_LOG_COMPRESS: "false",
-                EVENT_LOG_ROLLING: "false",
-            }
-        )
+        out.update(private_event_log(event_dir))
     elif out.get(EVENT_LOG_ENABLED, "false").lower() == "true":
         event_dir = "file:/tmp/spark-events"  # Spark's default folder
         user_log = True
