@@ -11,6 +11,11 @@ time, one pyiceberg append per minute, so 4x the rows per file at 8M) in a file-
   table's data files overlapping the read range with pyiceberg, reads them with
   ``spark.read.parquet``, keeps the rows of the read range, counts per 5-minute event-time window
   and show, keeps the windows of ``[start, end)`` and writes them as Parquet.
+- ``stream floor`` (unless ``--no-floor``): plain Structured Streaming, one ``spark-submit``: the
+  same query (watermark, windows, append) over Spark's own streaming Parquet source (copies of the
+  read range's data files in ingestion order, as many files per micro-batch as give kappa's number
+  of data micro-batches) into Spark's Parquet file sink, ``availableNow``. No Iceberg, no slices,
+  no kappa: what any Structured Streaming backfill of this query at this micro-batch size costs.
 - ``kappa <engine>`` (``--engines``, default ``connect,submit``): the real ``kappa backfill``
   command (the ``kappa`` console script: snapshot, plan, every slice, validate, publish) of the
   unchanged streaming job (the same count with a 10-minute watermark, through ``read_source`` /
@@ -22,7 +27,8 @@ Wall time and CPU seconds (``RUSAGE_CHILDREN`` of the command's process tree) of
 ratio kappa / batch; per slice, from the slice's log and its ``StreamingQueryProgress`` records:
 ``start`` (the slice's launch to its first micro-batch), the first micro-batch, the median of the
 later ones, ``end`` (the last micro-batch's end to the slice's end: session or application stop);
-every run's published window compared, as a multiset of rows, with the batch job's output.
+every run's published window (and the floor's output) compared, as a multiset of rows, with the
+batch job's output.
 """
 
 from __future__ import annotations
