@@ -2,9 +2,11 @@
 no staging table): the job's application file, and the tables it reads and writes (opening them
 also proves the catalogs can be reached), and whether the data landed reaches ``end + tail``
 (:func:`check_landed`; with ``allow_open_end``, :func:`closed_end` is the end of the window
-published). ``kappa plan`` checks only the source tables.
+published), and, for engine ``submit``, that a Kubernetes ``job.master`` can be submitted to.
+``kappa plan`` checks only the source tables.
 
-No Airflow import here; pyiceberg is imported inside functions.
+No Airflow import at module level (only a Kubernetes master's check imports the Spark provider);
+pyiceberg is imported inside functions.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from airflow_provider_kappa.backfill.catalogs import CatalogFor
-from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.backfill.config import SUBMIT, IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.backfill.submit_args import check_kubernetes_provider
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSourceError
 
 if TYPE_CHECKING:
@@ -42,6 +45,8 @@ def check_inputs(bf: Backfill, *, runs: bool = True, max_slices: int = MAX_SLICE
     :raises KappaSinkError: a missing target table or ``time_column``.
     :raises KappaSourceError: also, for a backfill that runs, a window whose ``end + tail`` lies
         past the landed data without ``allow_open_end`` (:func:`check_landed`).
+    :raises KappaConfigError: also, for a backfill that runs with engine ``submit``, a Kubernetes
+        ``job.master`` without Airflow's Kubernetes provider.
     """
     check_slice_count(bf, max_slices)
     if runs:
@@ -50,6 +55,8 @@ def check_inputs(bf: Backfill, *, runs: bool = True, max_slices: int = MAX_SLICE
     if runs:
         check_landed(bf)
         check_checkpoint_root(bf.cfg)
+        if bf.cfg.job.engine == SUBMIT:  # a master from a Spark connection is checked when a slice submits
+            check_kubernetes_provider(bf.cfg.job.master, f"job.master {bf.cfg.job.master!r}")
 
 
 def check_slice_count(bf: Backfill, max_slices: int = MAX_SLICES) -> int:

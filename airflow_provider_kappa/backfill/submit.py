@@ -25,6 +25,8 @@ from airflow_provider_kappa.backfill.submit_args import (
     DRIVER_PYTHON,
     PYTHON,
     SUBMIT_PREFIX,
+    check_kubernetes_provider,
+    kubernetes_provider_missing,
     read_spark_defaults,
     spark_defaults_path,
     submit_args,
@@ -68,21 +70,6 @@ def spark_env() -> dict[str, str]:
     }
 
 
-def _kubernetes_provider_missing(master: str | None, conn_id: str | None) -> Exception:
-    """The error for a Kubernetes master without Airflow's Kubernetes provider. The Spark provider
-    imports that provider's ``kube_client`` under ``contextlib.suppress(ImportError)``, so its hook
-    then fails with ``NameError: name 'kube_client' is not defined``, which names neither the
-    setting nor the fix."""
-    from airflow_provider_kappa.exceptions import KappaConfigError
-
-    where = f"job.master {master!r}" if conn_id == LOCAL_CONN_ID else f"the master of Spark connection {conn_id!r}"
-    return KappaConfigError(
-        f"{where} is a Kubernetes master (k8s://), and Airflow's Kubernetes provider, which SparkSubmitHook "
-        "needs for it, is not installed here; install it with: pip install 'airflow-provider-kappa[kubernetes]' "
-        "(apache-airflow-providers-cncf-kubernetes)"
-    )
-
-
 def submit(
     application: str | Path,
     conf: Mapping[str, str],
@@ -114,6 +101,7 @@ def submit(
 
         raise KappaConfigError(f"job.application: {str(application)!r} does not exist")
     if conn_id is None:
+        check_kubernetes_provider(master or "local[*]", f"job.master {master!r}")
         conn_id = LOCAL_CONN_ID
         os.environ[f"AIRFLOW_CONN_{LOCAL_CONN_ID.upper()}"] = json.dumps(
             {"conn_type": "spark", "host": master or "local[*]"}
@@ -127,10 +115,10 @@ def submit(
             deploy_mode=conf.get(SUBMIT_PREFIX + "deploy_mode"),
             application_args=list(application_args) or None,
         )
-    except NameError as e:
+    except NameError as e:  # the connection's master is Kubernetes: see submit_args.check_kubernetes_provider
         if "kube_client" not in str(e):
             raise
-        raise _kubernetes_provider_missing(master, conn_id) from e
+        raise kubernetes_provider_missing(f"the master of Spark connection {conn_id!r}") from e
     connection = hook._connection  # the resolved connection: master and deploy mode (no public accessor)
     run_id = uuid.uuid4().hex
     args = submit_args(

@@ -122,6 +122,38 @@ def cluster_kind(master: str) -> str:
     return "other"
 
 
+def kubernetes_provider_missing(where: str) -> KappaConfigError:
+    """The error for a Kubernetes master without Airflow's Kubernetes provider.
+
+    :param where: the setting that gave the master, with its value (``job.master 'k8s://...'``).
+    """
+    return KappaConfigError(
+        f"{where} is a Kubernetes master (k8s://), and Airflow's Kubernetes provider, which SparkSubmitHook "
+        "needs for it, is not installed here; install it with: pip install 'airflow-provider-kappa[kubernetes]' "
+        "(apache-airflow-providers-cncf-kubernetes)"
+    )
+
+
+def check_kubernetes_provider(master: str, where: str) -> None:
+    """Refuse a Kubernetes ``master`` when SparkSubmitHook could not submit to it here.
+
+    The Spark provider imports the Kubernetes provider's ``kube_client`` under
+    ``contextlib.suppress(ImportError)``; without it, its hook fails with ``NameError: name
+    'kube_client' is not defined``, which names neither the setting nor the fix. Whether that
+    module global exists is exactly the hook's condition, so it is what is checked.
+
+    :param master: a Spark master URL.
+    :param where: the setting that gave it, with its value (for the message).
+    :raises KappaConfigError: :func:`kubernetes_provider_missing`.
+    """
+    if cluster_kind(master) != "kubernetes":
+        return
+    import airflow.providers.apache.spark.hooks.spark_submit as spark_submit_hook
+
+    if not hasattr(spark_submit_hook, "kube_client"):
+        raise kubernetes_provider_missing(where)
+
+
 def _join(*values: str | None) -> str:
     out: list[str] = []
     for value in values:

@@ -117,6 +117,41 @@ def test_bad_input_is_refused_before_spark_and_writes_nothing(
     argv: list[str],
     reason: str,
 ) -> None:
+    assert_refused(tmp_path, catalog, catalog_props, capsys, edit, lake_change, argv, reason)
+
+
+def test_a_kubernetes_master_without_the_kubernetes_provider_is_refused(
+    tmp_path: Path,
+    catalog: Any,
+    catalog_props: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    no_spark_submit: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SparkSubmitHook would fail at the first slice with ``NameError: kube_client``, after the tag
+    and the checkpoint: kappa refuses it with the other bad input."""
+    import airflow.providers.apache.spark.hooks.spark_submit as spark_submit_hook
+
+    # the Spark provider's module as it is without the Kubernetes provider (this venv installs none)
+    monkeypatch.delattr(spark_submit_hook, "kube_client", raising=False)
+    reason = ("job.master 'k8s://https://127.0.0.1:6443' is a Kubernetes master (k8s://), and Airflow's Kubernetes "
+              "provider, which SparkSubmitHook needs for it, is not installed here; install it with: "
+              "pip install 'airflow-provider-kappa[kubernetes]'")  # fmt: skip
+    assert_refused(tmp_path, catalog, catalog_props, capsys, put("job.master", "k8s://https://127.0.0.1:6443"), None, [], reason)
+
+
+def assert_refused(
+    tmp_path: Path,
+    catalog: Any,
+    catalog_props: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    edit: Edit | None,
+    lake_change: Callable[[Any], None] | None,
+    argv: list[str],
+    reason: str,
+) -> None:
+    """``kappa backfill`` of the incident with ``edit`` and ``lake_change`` applied exits 2 with
+    ``reason`` and leaves the lake and the checkpoint folder as they were."""
     seed_sessions_incident(catalog, SOURCE, TARGET)
     config = write_job_config(tmp_path, catalog_props)
     if edit is not None:
