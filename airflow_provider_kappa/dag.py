@@ -153,7 +153,7 @@ def kappa_backfill_dag(
     retries = {"retries": step_retries}
     with DAG(dag_id, params=params, **dag_kwargs) as dag:
         snapshot = KappaSnapshotOperator(
-            task_id="snapshot", config_path=path, tag_retention=tag_retention, **retries
+            task_id="snapshot", config_path=path, tag_retention=tag_retention, spark_conn_id=spark_conn_id, **retries
         )
         plan = KappaPlanOperator(task_id="plan", config_path=path, snapshot=snapshot.output, **retries)
         mode = KappaModeBranchOperator(task_id="mode", config_path=path)

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 MAX_SLICES = 1024
 
 
-def check_inputs(bf: Backfill, *, runs: bool = True, max_slices: int = MAX_SLICES) -> None:
+def check_inputs(
+    bf: Backfill, *, runs: bool = True, max_slices: int = MAX_SLICES, spark_conn_id: str | None = None
+) -> None:
     """Refuse bad input before anything is written (no lock, no tag, no checkpoint): the source
     tables read must exist with a timestamp ingestion column (opening them proves the catalogs
     can be reached); a backfill that runs (``runs``) also needs the job's application file and
@@ -39,14 +41,16 @@ def check_inputs(bf: Backfill, *, runs: bool = True, max_slices: int = MAX_SLICE
     :param bf: the backfill.
     :param runs: the backfill will run the job (``kappa backfill``, the DAG's snapshot task).
     :param max_slices: the most slices allowed (the DAG passes Airflow's ``max_map_length``).
+    :param spark_conn_id: the Spark connection slices submit through (engine ``submit``): its
+        master, not ``job.master``, is then the one used, and is checked when a slice submits.
     :raises KappaConfigError: too many slices, a missing application, an unwritable
         ``checkpoint_root``, an unreachable catalog.
     :raises KappaSourceError: a missing source table or ingestion column.
     :raises KappaSinkError: a missing target table or ``time_column``.
     :raises KappaSourceError: also, for a backfill that runs, a window whose ``end + tail`` lies
         past the landed data without ``allow_open_end`` (:func:`check_landed`).
-    :raises KappaConfigError: also, for a backfill that runs with engine ``submit``, a Kubernetes
-        ``job.master`` without Airflow's Kubernetes provider.
+    :raises KappaConfigError: also, for a backfill that runs with engine ``submit`` and no
+        ``spark_conn_id``, a Kubernetes ``job.master`` without Airflow's Kubernetes provider.
     """
     check_slice_count(bf, max_slices)
     if runs:
@@ -55,7 +59,7 @@ def check_inputs(bf: Backfill, *, runs: bool = True, max_slices: int = MAX_SLICE
     if runs:
         check_landed(bf)
         check_checkpoint_root(bf.cfg)
-        if bf.cfg.job.engine == SUBMIT:  # a master from a Spark connection is checked when a slice submits
+        if bf.cfg.job.engine == SUBMIT and spark_conn_id is None:  # a connection's master: checked when a slice submits
             check_kubernetes_provider(bf.cfg.job.master, f"job.master {bf.cfg.job.master!r}")
 
 

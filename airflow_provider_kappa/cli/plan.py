@@ -53,7 +53,8 @@ def load_backfill(args: argparse.Namespace) -> Backfill:
     from airflow_provider_kappa.backfill.steps import Backfill
 
     bf = Backfill.create(load_config(args.config), params_from_args(args))
-    check_inputs(bf, runs=getattr(args, "verb", "backfill") != "plan" and not getattr(args, "release_lock", False))
+    runs = getattr(args, "verb", "backfill") != "plan" and not getattr(args, "release_lock", False)
+    check_inputs(bf, runs=runs, spark_conn_id=getattr(args, "spark_conn_id", None))
     return bf
 
 

@@ -25,13 +25,16 @@ class KappaSnapshotOperator(KappaLineageMixin, KappaBackfillBaseOperator):
     :param config_path: path of the job's kappa.yaml (templated).
     :param backfill_params: parameters (templated; default: the run's Params).
     :param tag_retention: ``max-ref-age`` of the tag, a duration such as ``7d`` (templated).
+    :param spark_conn_id: the Spark connection the slices submit through, as given to the slice
+        tasks (templated; only which master the input checks look at depends on it).
     """
 
-    template_fields: Sequence[str] = (*KappaBackfillBaseOperator.template_fields, "tag_retention")
+    template_fields: Sequence[str] = (*KappaBackfillBaseOperator.template_fields, "tag_retention", "spark_conn_id")
 
-    def __init__(self, *, tag_retention: str = "7d", **kwargs: Any) -> None:
+    def __init__(self, *, tag_retention: str = "7d", spark_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tag_retention = tag_retention
+        self.spark_conn_id = spark_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_kappa.backfill.checks import check_inputs
@@ -43,7 +46,8 @@ class KappaSnapshotOperator(KappaLineageMixin, KappaBackfillBaseOperator):
         bf = self.load_backfill(context)
         with fail_fast(f"{self.task_id}: inputs", PERMANENT_INPUT):
             # one mapped slice task per slice: more than max_map_length could never run
-            check_inputs(bf, max_slices=conf.getint("core", "max_map_length", fallback=1024))
+            max_slices = conf.getint("core", "max_map_length", fallback=1024)
+            check_inputs(bf, max_slices=max_slices, spark_conn_id=self.spark_conn_id)
         with fail_fast(f"{self.task_id}: snapshot"):
             retention = parse_duration(self.tag_retention, "tag_retention")
             self.log.info("backfill %s: parameters %s", bf.id, bf.params.to_dict())

@@ -120,6 +120,7 @@ def test_bad_input_is_refused_before_spark_and_writes_nothing(
     assert_refused(tmp_path, catalog, catalog_props, capsys, edit, lake_change, argv, reason)
 
 
+@pytest.mark.parametrize("spark_conn_id", [None, "spark_yarn"])
 def test_a_kubernetes_master_without_the_kubernetes_provider_is_refused(
     tmp_path: Path,
     catalog: Any,
@@ -127,17 +128,34 @@ def test_a_kubernetes_master_without_the_kubernetes_provider_is_refused(
     capsys: pytest.CaptureFixture[str],
     no_spark_submit: None,
     monkeypatch: pytest.MonkeyPatch,
+    spark_conn_id: str | None,
 ) -> None:
     """SparkSubmitHook would fail at the first slice with ``NameError: kube_client``, after the tag
-    and the checkpoint: kappa refuses it with the other bad input."""
+    and the checkpoint: kappa refuses a k8s:// job.master with the other bad input. With a Spark
+    connection, whose master wins over job.master, job.master is not refused up front (the slice
+    reaches the submit step, here the test's stand-in for spark-submit)."""
     import airflow.providers.apache.spark.hooks.spark_submit as spark_submit_hook
 
     # the Spark provider's module as it is without the Kubernetes provider (this venv installs none)
     monkeypatch.delattr(spark_submit_hook, "kube_client", raising=False)
-    reason = ("job.master 'k8s://https://127.0.0.1:6443' is a Kubernetes master (k8s://), and Airflow's Kubernetes "
-              "provider, which SparkSubmitHook needs for it, is not installed here; install it with: "
-              "pip install 'airflow-provider-kappa[kubernetes]'")  # fmt: skip
-    assert_refused(tmp_path, catalog, catalog_props, capsys, put("job.master", "k8s://https://127.0.0.1:6443"), None, [], reason)
+    k8s = put("job.master", "k8s://https://127.0.0.1:6443")
+    if spark_conn_id is None:
+        reason = ("job.master 'k8s://https://127.0.0.1:6443' is a Kubernetes master (k8s://), and Airflow's Kubernetes "
+                  "provider, which SparkSubmitHook needs for it, is not installed here; install it with: "
+                  "pip install 'airflow-provider-kappa[kubernetes]'")  # fmt: skip
+        assert_refused(tmp_path, catalog, catalog_props, capsys, k8s, None, [], reason)
+        return
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", '{"conn_type": "spark", "host": "yarn"}')
+    seed_sessions_incident(catalog, SOURCE, TARGET)
+    config = write_job_config(tmp_path, catalog_props)
+    raw = yaml.safe_load(config.read_text())
+    k8s(raw, tmp_path)
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    code = main(["backfill", "--config", str(config), *WINDOW, "--spark-conn-id", spark_conn_id])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    assert "spark-submit was reached with bad input" in out, out + err
+    assert "Kubernetes" not in out + err
 
 
 def assert_refused(
