@@ -55,12 +55,12 @@ def check_inputs(
     check_slice_count(bf, max_slices)
     if runs:
         check_application(bf.cfg)
+        if bf.cfg.job.engine == SUBMIT and spark_conn_id is None:  # a connection's master: checked when a slice submits
+            check_kubernetes_provider(bf.cfg.job.master, f"job.master {bf.cfg.job.master!r}")
     check_tables(bf.cfg, bf.params.sources, bf.catalog_for, sinks=runs)
     if runs:
         check_landed(bf)
         check_checkpoint_root(bf.cfg)
-        if bf.cfg.job.engine == SUBMIT and spark_conn_id is None:  # a connection's master: checked when a slice submits
-            check_kubernetes_provider(bf.cfg.job.master, f"job.master {bf.cfg.job.master!r}")
 
 
 def check_slice_count(bf: Backfill, max_slices: int = MAX_SLICES) -> int:
