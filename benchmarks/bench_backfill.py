@@ -258,25 +258,48 @@ def slice_breakdown(checkpoints: Path) -> list[dict[str, Any]]:
 
 def run_batch(work: Path, lake: Path, size: Size) -> dict[str, Any]:
     """The hand-written batch job as one spark-submit (the same local[2] and Spark conf)."""
-    import pyspark
-
     run = work / "batch"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
+    return submit_app(["batch-app", "--lake", str(lake), "--start", size.start.isoformat(), "--end", size.end.isoformat(),
+                       "--tail", size.threshold, "--out", str(run / "rows")], run / "batch.log")  # fmt: skip
+
+
+def submit_app(app_args: list[str], log: Path) -> dict[str, Any]:
+    """This script's ``app_args`` app (``batch-app``, ``stream-app``) as one ``spark-submit
+    --master local[2]`` with the benchmark's Spark conf, timed (:func:`timed`)."""
+    import pyspark
+
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     cmd = [str(spark_submit), "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
-           str(Path(__file__).resolve()), "batch-app", "--lake", str(lake), "--start", size.start.isoformat(),
-           "--end", size.end.isoformat(), "--tail", size.threshold, "--out", str(run / "rows")]  # fmt: skip
+           str(Path(__file__).resolve()), *app_args]  # fmt: skip
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    result = timed(cmd, run / "batch.log", env)
+    result = timed(cmd, log, env)
     result["command"] = " ".join(cmd)
     return result
 
 
+def ingestion_filter(start: datetime, read_end: datetime) -> Any:
+    """The pyiceberg row filter of the read range ``[start, read_end)`` of ingestion time."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+    return And(GreaterThanOrEqual("ingestion_ts", start.isoformat()), LessThan("ingestion_ts", read_end.isoformat()))
+
+
+def counts_per_window(rows: Any) -> Any:
+    """The job's aggregation: rows per 5-minute event-time window and show, as its output columns."""
+    from pyspark.sql import functions as F
+
+    return (
+        rows.groupBy(F.window("event_ts", "5 minutes"), "show_id")
+        .count()
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "show_id", "count")
+    )
+
+
 def batch_app(lake: Path, start: datetime, end: datetime, tail: str, out: Path) -> None:
     """The batch job (runs inside spark-submit)."""
-    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -285,15 +308,9 @@ def batch_app(lake: Path, start: datetime, end: datetime, tail: str, out: Path) 
     read_end = end + parse_duration(tail, "tail")
     spark = SparkSession.builder.appName("bench-batch").getOrCreate()
     table = catalog(lake).load_table(SOURCE)
-    scan = table.scan(row_filter=And(GreaterThanOrEqual("ingestion_ts", start.isoformat()), LessThan("ingestion_ts", read_end.isoformat())))
-    paths = [task.file.file_path for task in scan.plan_files()]
+    paths = [task.file.file_path for task in table.scan(row_filter=ingestion_filter(start, read_end)).plan_files()]
     rows = spark.read.parquet(*paths).where((F.col("ingestion_ts") >= F.lit(start)) & (F.col("ingestion_ts") < F.lit(read_end)))
-    counts = (
-        rows.groupBy(F.window("event_ts", "5 minutes"), "show_id")
-        .count()
-        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "show_id", "count")
-        .where((F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end)))
-    )
+    counts = counts_per_window(rows).where((F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end)))
     counts.write.mode("overwrite").parquet(str(out))
     spark.stop()
 
@@ -304,19 +321,16 @@ def run_stream(work: Path, lake: Path, size: Size) -> dict[str, Any]:
     micro-batch as give kappa's number of data micro-batches, the streaming job's aggregation and
     watermark, Spark's Parquet file sink, ``availableNow``. No Iceberg, no slices, no kappa: what any Structured
     Streaming backfill of this job at this micro-batch size costs here."""
-    import pyspark
     from pyiceberg.conversions import from_bytes
-    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
 
     run = work / "stream"
     shutil.rmtree(run, ignore_errors=True)
     (run / "files").mkdir(parents=True)
     table = catalog(lake).load_table(SOURCE)
     read_end = size.end + size.tail
-    flt = And(GreaterThanOrEqual("ingestion_ts", size.start.isoformat()), LessThan("ingestion_ts", read_end.isoformat()))
     field = table.schema().find_field("ingestion_ts")
     upper = lambda task: from_bytes(field.field_type, task.file.upper_bounds[field.field_id])  # noqa: E731
-    tasks = sorted(table.scan(row_filter=flt).plan_files(), key=lambda t: (upper(t), t.file.file_path))
+    tasks = sorted(table.scan(row_filter=ingestion_filter(size.start, read_end)).plan_files(), key=lambda t: (upper(t), t.file.file_path))
     base = time.time() - 10 * len(tasks)
     for i, task in enumerate(tasks):  # Spark's file source takes files oldest first: mtime = ingestion order
         copy = run / "files" / f"{i:05d}.parquet"
@@ -326,14 +340,9 @@ def run_stream(work: Path, lake: Path, size: Size) -> dict[str, Any]:
     # one landing a minute, but late rows make more files overlap the range than it has minutes
     cells = -(-int((read_end - size.start).total_seconds()) // int(size.tail.total_seconds()))
     files_per_batch = -(-len(tasks) // cells)
-    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    cmd = [str(spark_submit), "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
-           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
-           str(Path(__file__).resolve()), "stream-app", "--files", str(run / "files"), "--per-batch", str(files_per_batch),
-           "--start", size.start.isoformat(), "--end", size.end.isoformat(), "--tail", size.threshold, "--out", str(run)]  # fmt: skip
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    result = timed(cmd, run / "stream.log", env)
-    result["command"] = " ".join(cmd)
+    result = submit_app(["stream-app", "--files", str(run / "files"), "--per-batch", str(files_per_batch),
+                         "--start", size.start.isoformat(), "--end", size.end.isoformat(), "--tail", size.threshold,
+                         "--out", str(run)], run / "stream.log")  # fmt: skip
     result["files"] = len(tasks)
     result["files_per_batch"] = files_per_batch
     records = json.loads((run / "progress.json").read_text())
@@ -359,14 +368,8 @@ def stream_app(files: Path, per_batch: int, start: datetime, end: datetime, tail
         spark.readStream.schema(schema).option("maxFilesPerTrigger", per_batch).parquet(str(files))
         .where((F.col("ingestion_ts") >= F.lit(start)) & (F.col("ingestion_ts") < F.lit(read_end)))
     )  # fmt: skip
-    counts = (
-        rows.withWatermark("event_ts", "10 minutes")
-        .groupBy(F.window("event_ts", "5 minutes"), "show_id")
-        .count()
-        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "show_id", "count")
-    )
     query = (
-        counts.writeStream.format("parquet").outputMode("append").option("path", str(out / "rows"))
+        counts_per_window(rows.withWatermark("event_ts", "10 minutes")).writeStream.format("parquet").outputMode("append").option("path", str(out / "rows"))
         .option("checkpointLocation", str(out / "checkpoint")).trigger(availableNow=True).start()
     )  # fmt: skip
     query.awaitTermination()

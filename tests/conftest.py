@@ -113,3 +113,13 @@ def catalog(catalog_props: dict[str, str]) -> object:
     from pyiceberg.catalog import load_catalog
 
     return load_catalog("lake", **catalog_props)
+
+
+@pytest.fixture()
+def no_kubernetes_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow's Spark provider module as it is without the Kubernetes provider: it imports that
+    provider's ``kube_client`` under ``contextlib.suppress``, so the name is then absent. This venv
+    installs no Kubernetes provider, but a machine may."""
+    import airflow.providers.apache.spark.hooks.spark_submit as spark_submit_hook
+
+    monkeypatch.delattr(spark_submit_hook, "kube_client", raising=False)

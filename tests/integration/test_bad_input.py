@@ -127,6 +127,7 @@ def test_a_kubernetes_master_without_the_kubernetes_provider_is_refused(
     catalog_props: dict[str, str],
     capsys: pytest.CaptureFixture[str],
     no_spark_submit: None,
+    no_kubernetes_provider: None,
     monkeypatch: pytest.MonkeyPatch,
     spark_conn_id: str | None,
 ) -> None:
@@ -134,10 +135,6 @@ def test_a_kubernetes_master_without_the_kubernetes_provider_is_refused(
     and the checkpoint: kappa refuses a k8s:// job.master with the other bad input. With a Spark
     connection, whose master wins over job.master, job.master is not refused up front (the slice
     reaches the submit step, here the test's stand-in for spark-submit)."""
-    import airflow.providers.apache.spark.hooks.spark_submit as spark_submit_hook
-
-    # the Spark provider's module as it is without the Kubernetes provider (this venv installs none)
-    monkeypatch.delattr(spark_submit_hook, "kube_client", raising=False)
     k8s = put("job.master", "k8s://https://127.0.0.1:6443")
     if spark_conn_id is None:
         reason = ("job.master 'k8s://https://127.0.0.1:6443' is a Kubernetes master (k8s://), and Airflow's Kubernetes "
@@ -146,16 +143,23 @@ def test_a_kubernetes_master_without_the_kubernetes_provider_is_refused(
         assert_refused(tmp_path, catalog, catalog_props, capsys, k8s, None, [], reason)
         return
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", '{"conn_type": "spark", "host": "yarn"}')
-    seed_sessions_incident(catalog, SOURCE, TARGET)
-    config = write_job_config(tmp_path, catalog_props)
-    raw = yaml.safe_load(config.read_text())
-    k8s(raw, tmp_path)
-    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    config = incident_config(tmp_path, catalog, catalog_props, k8s)
     code = main(["backfill", "--config", str(config), *WINDOW, "--spark-conn-id", spark_conn_id])
     out, err = capsys.readouterr()
     assert code == 1, out + err
     assert "spark-submit was reached with bad input" in out, out + err
     assert "Kubernetes" not in out + err
+
+
+def incident_config(tmp_path: Path, catalog: Any, catalog_props: dict[str, str], edit: Edit | None) -> Path:
+    """The incident seeded in ``catalog`` and the job's kappa.yaml, with ``edit`` applied."""
+    seed_sessions_incident(catalog, SOURCE, TARGET)
+    config = write_job_config(tmp_path, catalog_props)
+    if edit is not None:
+        raw = yaml.safe_load(config.read_text())
+        edit(raw, tmp_path)
+        config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return config
 
 
 def assert_refused(
@@ -170,12 +174,7 @@ def assert_refused(
 ) -> None:
     """``kappa backfill`` of the incident with ``edit`` and ``lake_change`` applied exits 2 with
     ``reason`` and leaves the lake and the checkpoint folder as they were."""
-    seed_sessions_incident(catalog, SOURCE, TARGET)
-    config = write_job_config(tmp_path, catalog_props)
-    if edit is not None:
-        raw = yaml.safe_load(config.read_text())
-        edit(raw, tmp_path)
-        config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    config = incident_config(tmp_path, catalog, catalog_props, edit)
     if lake_change is not None:
         lake_change(catalog)
     before = _lake_state(catalog)

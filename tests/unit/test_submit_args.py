@@ -208,17 +208,12 @@ def test_a_live_run_keeps_the_users_event_log_settings_as_they_are(tmp_path: Pat
 
 @pytest.mark.parametrize("via_connection", [False, True])
 def test_a_kubernetes_master_without_the_kubernetes_provider_is_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via_connection: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_kubernetes_provider: None, via_connection: bool
 ) -> None:
     """Airflow's Spark provider fails with ``NameError: kube_client`` here; kappa names the
     setting and the package instead, before spark-submit starts or its properties file is written."""
-    import airflow.providers.apache.spark.hooks.spark_submit as spark_submit
-
     from airflow_provider_kappa.backfill.submit import submit
 
-    # the state the Spark provider's module is in when the Kubernetes provider is not installed
-    # (its import of kube_client is suppressed); this venv does not install it, but a machine may
-    monkeypatch.delattr(spark_submit, "kube_client", raising=False)
     app = tmp_path / "job.py"
     app.write_text("print('never runs')\n")
     props = tmp_path / "run.properties"
