@@ -449,19 +449,19 @@ def test_a_published_backfill_triggers_the_dag_scheduled_on_its_target(
     assert isinstance(window["snapshot_id"], int)
 
 
-def test_an_airflow_backfill_over_three_intervals_runs_three_kappa_backfills_in_turn(
+def test_an_airflow_backfill_over_two_intervals_runs_two_kappa_backfills_in_turn(
     client: AirflowClient, lake: dict[str, Any]
 ) -> None:
     """``POST /api/v2/backfills`` (what ``airflow backfill create`` and the Backfill dialog do) over
-    three hourly intervals of the scheduled repair DAG: three runs, one after the other, each a
-    Kappa backfill of its data interval; the table ends exactly correct. (Last in this module: it
-    rewrites [00:00, 03:00) of the shared lake.)"""
+    two hourly intervals of the scheduled repair DAG, the incident's [01:00, 03:00): two runs, one
+    after the other, each a Kappa backfill of its data interval; the table ends exactly correct.
+    (Last in this module: it rewrites the incident's window of the shared lake.)"""
     client.wait_for_dag(REPAIR_DAG, timeout=120)
     client.unpause(REPAIR_DAG)
     body = {
         "dag_id": REPAIR_DAG,
-        # logical dates 00:00, 01:00, 02:00 (both ends included): the intervals [00:00, 03:00)
-        "from_date": "2026-11-01T00:00:00+00:00",
+        # logical dates 01:00, 02:00 (both ends included): the intervals [01:00, 03:00)
+        "from_date": "2026-11-01T01:00:00+00:00",
         "to_date": "2026-11-01T02:00:00+00:00",
         "max_active_runs": 1,
         "dag_run_conf": {"slice": "1h", "warmup": "1h", "tail": "45min"},
@@ -471,13 +471,13 @@ def test_an_airflow_backfill_over_three_intervals_runs_three_kappa_backfills_in_
 
     def all_done() -> list[dict[str, Any]] | None:
         found = [r for r in runs_of(client, REPAIR_DAG) if r.get("run_type") == "backfill"]
-        return found if len(found) == 3 and all(r["state"] in ("success", "failed") for r in found) else None
+        return found if len(found) == 2 and all(r["state"] in ("success", "failed") for r in found) else None
 
-    runs = wait_until(all_done, timeout=900, interval=3, what=f"the 3 runs of backfill {backfill['id']}")
+    runs = wait_until(all_done, timeout=900, interval=3, what=f"the 2 runs of backfill {backfill['id']}")
     for run in runs:
         require_success(client, REPAIR_DAG, run["dag_run_id"], run)
     intervals = sorted((r["data_interval_start"], r["data_interval_end"]) for r in runs)
-    assert [(a[11:16], b[11:16]) for a, b in intervals] == [("00:00", "01:00"), ("01:00", "02:00"), ("02:00", "03:00")]
+    assert [(a[11:16], b[11:16]) for a, b in intervals] == [("01:00", "02:00"), ("02:00", "03:00")]
     ordered = sorted(runs, key=lambda r: r["start_date"])
     assert all(a["end_date"] <= b["start_date"] for a, b in zip(ordered, ordered[1:])), "runs overlapped"
     windows = []
@@ -485,7 +485,6 @@ def test_an_airflow_backfill_over_three_intervals_runs_three_kappa_backfills_in_
         [snap] = client.xcom_entries(REPAIR_DAG, run["dag_run_id"], "snapshot")
         windows.append((snap["value"]["params"]["start"], snap["value"]["params"]["end"]))
     assert sorted(windows) == [
-        ("2026-11-01T00:00:00+00:00", "2026-11-01T01:00:00+00:00"),
         ("2026-11-01T01:00:00+00:00", "2026-11-01T02:00:00+00:00"),
         ("2026-11-01T02:00:00+00:00", "2026-11-01T03:00:00+00:00"),
     ]
