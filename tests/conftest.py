@@ -14,6 +14,7 @@ the server helpers in ``tests/servers/``.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -32,6 +33,10 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 _CDS = tempfile.mkdtemp(prefix="kappa-test-cds-")
 os.environ["KAPPA_CACHE_DIR"] = _CDS
 sys.path.insert(0, str(Path(__file__).parent))
+# py4j logs "Closing down clientserver connection" at INFO from a finalizer at interpreter exit, when
+# the handler an Airflow test installed writes to a stream pytest has closed: a "--- Logging error ---"
+# traceback after the summary. Its INFO lines say nothing a test needs.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 from servers.connect_server import connect_server  # noqa: E402,F401  (session-scoped Spark Connect server)
 from servers.kafka import kafka_broker  # noqa: E402,F401  (session-scoped Kafka broker, started on first use)
