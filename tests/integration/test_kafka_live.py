@@ -301,10 +301,9 @@ def expected_windows(sent: list[tuple[int, datetime, dict[str, Any]]]) -> Counte
     for _, _, v in sent:
         if v["event_id"] == "flush":
             continue
-        ts = datetime.fromisoformat(v["event_ts"])
-        start = ts.replace(second=ts.second - ts.second % 5, microsecond=0)
-        events[(start, v["account_id"])] += 1
-        amounts[(start, v["account_id"])] += v["amount"]
+        key = window_of(v)
+        events[key] += 1
+        amounts[key] += v["amount"]
     return Counter({(s, a, events[(s, a)], amounts[(s, a)]): 1 for s, a in events})
 
 
