@@ -42,14 +42,14 @@ pytestmark = pytest.mark.timeout(1800)
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     """One reduced demo: 2 hours at 4 impressions/s through Kafka, live reading about one
-    micro-batch per 15 minutes of it (fewer than the default 10 minutes), both jobs, both modes,
+    micro-batch per 30 minutes of it (fewer than the default 10 minutes), both jobs, both modes,
     both jobs at once (live references and backfill stories, as the default run)."""
     tmp_path = tmp_path_factory.mktemp("demo")
     workdir = tmp_path / "demo"
     kappa = Path(sys.executable).parent / "kappa"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     done = subprocess.run(
-        [str(kappa), "demo", "--workdir", str(workdir), "--hours", "2", "--rate", "4", "--landing", "15min",
+        [str(kappa), "demo", "--workdir", str(workdir), "--hours", "2", "--rate", "4", "--landing", "30min",
          "--jobs", ",".join(JOBS), "--modes", ",".join(MODES), "--concurrency", "2"],
         capture_output=True, text=True, timeout=1500, env=env, cwd=tmp_path,
     )  # fmt: skip
@@ -72,10 +72,10 @@ def test_reduced_demo_prints_the_report(demo: tuple[subprocess.CompletedProcess[
     assert "live path                     Kafka: the jobs ran live from the broker's topics (impressions " in report
     for job in JOBS:
         assert f"[3/5] {job}: live run from Kafka wrote " in done.stdout
-        # the live ledger, put on the lake's time axis: live's micro-batches end off the 15-minute landing grid
+        # the live ledger, put on the lake's time axis: live's micro-batches end off the 30-minute landing grid
         ledger = [p.name for p in (workdir / "lake" / "checkpoints" / job / "ledger").glob("*/*.json")]
         assert len(ledger) >= 4, (job, ledger)
-        assert any(int(name[:13]) % (15 * 60 * 1000) for name in ledger), (job, ledger)
+        assert any(int(name[:13]) % (30 * 60 * 1000) for name in ledger), (job, ledger)
     assert f"HTML report: {workdir / 'report.html'}" in done.stdout
     assert (workdir / "report.html").read_text().count("<svg") == 2
     assert sorted(outcomes(workdir)) == sorted((j, m) for j in JOBS for m in MODES)
