@@ -157,10 +157,14 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def seconds_into_minute() -> float:
+    t = now()
+    return t.second + t.microsecond / 1e6
+
+
 def clear_of_minute_start(seconds: float) -> None:
     """Sleep past a minute's first ``seconds`` when now is inside them."""
-    t = now()
-    into = t.second + t.microsecond / 1e6
+    into = seconds_into_minute()
     if into < seconds:
         time.sleep(seconds - into)
 
@@ -173,8 +177,7 @@ def window_of(value: dict[str, Any]) -> tuple[datetime, int]:
 
 def into_next_minute_unless(left: float) -> None:
     """Sleep into the next minute (1 s in) when less than ``left`` seconds of this one are left."""
-    t = now()
-    remaining = 60 - t.second - t.microsecond / 1e6
+    remaining = 60 - seconds_into_minute()
     if remaining < left:
         time.sleep(remaining + 1)
 
