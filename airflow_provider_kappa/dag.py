@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kappa.backfill.config import CONNECT, load_config
 from airflow_provider_kappa.backfill.params import param_schemas, params_table
+from airflow_provider_kappa.job.config import CONNECT, load_config
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG

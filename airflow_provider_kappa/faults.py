@@ -18,7 +18,8 @@ from __future__ import annotations
 import errno
 import logging
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaCatalogUnavailableError
 

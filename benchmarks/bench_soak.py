@@ -46,16 +46,27 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from airflow_env import write_job_config  # noqa: E402
-from lake import INCIDENT_END, INCIDENT_START, T0, append_events, create_sessions_table, event, seed_sessions_incident, sessions_arrow, sorted_rows  # noqa: E402
+from lake import (  # noqa: E402
+    INCIDENT_END,
+    INCIDENT_START,
+    T0,
+    append_events,
+    create_sessions_table,
+    event,
+    seed_sessions_incident,
+    sessions_arrow,
+    sorted_rows,
+)
 
 SOURCE = "raw.playbacks"
 TARGET = "prod.playback_sessions"
@@ -255,10 +266,10 @@ def pinned_oracle(catalog: Any, clean: list[tuple[Any, ...]], config: Path, mode
     and the sessionizer's oracle (tests/lake.py ``expected_sessions``) of the pinned snapshot's
     events inside it."""
     import pyarrow as pa
-
-    from airflow_provider_kappa.backfill.config import load_config
-    from airflow_provider_kappa.backfill.steps import Backfill
     from lake import expected_sessions
+
+    from airflow_provider_kappa.backfill.backfill import Backfill
+    from airflow_provider_kappa.job.config import load_config
 
     bf = Backfill.create(load_config(config), PARAMS[mode])
     source = catalog.load_table(SOURCE)

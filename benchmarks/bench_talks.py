@@ -37,10 +37,11 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -114,8 +115,8 @@ def window(args: argparse.Namespace) -> tuple[datetime, datetime]:
 
 
 def job_config(lake: Path) -> Any:
-    from airflow_provider_kappa.backfill.config import load_config
     from airflow_provider_kappa.demo.live_reference import lake_env
+    from airflow_provider_kappa.job.config import load_config
 
     with lake_env(lake):
         return load_config(CONFIG)
@@ -132,12 +133,12 @@ def catalog(lake: Path) -> Any:
 
 def run_live(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from airflow_provider_kappa.demo.live_reference import run_live_reference
-    from airflow_provider_kappa.backfill.progress import event_log_conf, read_progress
+    from airflow_provider_kappa.engine.progress import event_log_conf, read_progress
 
     lake = Path(args.workdir) / "lake"
     events = _fresh(out / "eventlog")
     began = time.monotonic()
-    ref = run_live_reference(CONFIG, lake_dir=lake, fresh=True, extra_conf=event_log_conf(events))
+    run_live_reference(CONFIG, lake_dir=lake, fresh=True, extra_conf=event_log_conf(events))
     wall = time.monotonic() - began
     return {"wall": wall, **_progress_facts(read_progress(events)), "planning": _offset_seconds(read_progress(events))}
 
@@ -145,8 +146,13 @@ def run_live(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 def run_kappa(args: argparse.Namespace, mode: str, threshold: str) -> dict[str, Any]:
     """The real backfill path, as the DAG's tasks call it: snapshot, plan, slices, validate.
     Nothing is published: the live output stays the reference."""
-    from airflow_provider_kappa.backfill import connect, finish, snapshot, steps
+    from airflow_provider_kappa.backfill import backfill as backfills
+    from airflow_provider_kappa.backfill import plan as planning
+    from airflow_provider_kappa.backfill import slices as slice_steps
+    from airflow_provider_kappa.backfill import snapshot
+    from airflow_provider_kappa.backfill import validate as validation
     from airflow_provider_kappa.demo.story import PARALLEL_TAIL
+    from airflow_provider_kappa.engine import connect_server
     from airflow_provider_kappa.timeparse import format_duration
 
     lake = Path(args.workdir) / "lake"
@@ -158,23 +164,23 @@ def run_kappa(args: argparse.Namespace, mode: str, threshold: str) -> dict[str, 
         "tail": format_duration(PARALLEL_TAIL),
     }  # fmt: skip
     began = time.monotonic()
-    bf = steps.Backfill.create(cfg, raw)
+    bf = backfills.Backfill.create(cfg, raw)
     shutil.rmtree(bf.store().root.removeprefix("file://"), ignore_errors=True)
     pinned = snapshot.snapshot(bf)
-    plan = steps.plan(bf, pinned)
+    plan = planning.plan(bf, pinned)
     planned = time.monotonic() - began
-    state_file = steps.connect_state_file(bf)
+    state_file = backfills.connect_state_file(bf)
     if cfg.job.engine == "connect" and cfg.job.connect is None:
-        connect.ensure_server(cfg, state_file)  # the backfill's local server, as the DAG's setup task starts it
+        connect_server.ensure_server(cfg, state_file)  # the backfill's local server, as the DAG's setup task starts it
     try:
         if mode == "parallel":
             with ThreadPoolExecutor(max_workers=args.parallelism) as pool:
-                results = list(pool.map(lambda sp: steps.run_slice(bf, sp), plan.slices))
+                results = list(pool.map(lambda sp: slice_steps.run_slice(bf, sp), plan.slices))
         else:
-            results = [steps.run_slice(bf, sp) for sp in plan.slices]
+            results = [slice_steps.run_slice(bf, sp) for sp in plan.slices]
     finally:
-        connect.stop_owned(state_file)
-    reports = finish.validate(bf, plan)
+        connect_server.stop_owned(state_file)
+    reports = validation.validate(bf, plan)
     wall = time.monotonic() - began
     progress = _stored_progress(bf.store())
     [report] = reports.values()
@@ -220,7 +226,7 @@ def run_child(args: argparse.Namespace, variant: str, out: Path) -> dict[str, An
 def child(args: argparse.Namespace, variant: str) -> None:
     """One variant in this process: strawman 1, strawman 2 (the unchanged job through the
     kappa_iceberg writer into a staging table) or the batch job (rows written as Parquet)."""
-    from airflow_provider_kappa.backfill.progress import event_log_conf, read_progress
+    from airflow_provider_kappa.engine.progress import event_log_conf, read_progress
 
     out = Path(args.workdir) / "runs"
     lake = Path(args.workdir) / "lake"
@@ -244,8 +250,8 @@ def child(args: argparse.Namespace, variant: str) -> None:
 def _session(cfg: Any, extra: dict[str, str]) -> Any:
     from pyspark.sql import SparkSession
 
-    from airflow_provider_kappa.backfill.progress import PROGRESS_DIR
-    from airflow_provider_kappa.backfill.submit_args import private_event_log
+    from airflow_provider_kappa.engine.progress import PROGRESS_DIR
+    from airflow_provider_kappa.engine.submit_args import private_event_log
 
     if PROGRESS_DIR in extra:  # what the launcher makes of kappa's progress folder: a plain, one-file event log
         extra = {**extra, **private_event_log(extra[PROGRESS_DIR])}
@@ -269,7 +275,7 @@ def _session(cfg: Any, extra: dict[str, str]) -> Any:
 def _streaming_job(spark: Any, args: argparse.Namespace, cfg: Any, variant: str) -> dict[str, Any]:
     """The unchanged rmi.py in this process, configured as one slice over the whole lake
     that owns the compared window; strawman 1 swaps the reader."""
-    from airflow_provider_kappa.backfill.launch import SliceRun, slice_conf, write_catalogs_file
+    from airflow_provider_kappa.engine.launch import SliceRun, slice_conf, write_catalogs_file
     from airflow_provider_kappa.spark import resolve
     from airflow_provider_kappa.spark.settings import IcebergSourceSettings
     from airflow_provider_kappa.spark.staging import clear_slice, staging_table_name
@@ -373,7 +379,7 @@ def _fresh(path: Path) -> Path:
 
 
 def _progress_facts(progress: list[dict[str, Any]]) -> dict[str, Any]:
-    from airflow_provider_kappa.backfill.progress import summarize
+    from airflow_provider_kappa.engine.progress import summarize
 
     m = summarize(progress, 0.0)
     return {"batches": m.batches, "rows_read": m.rows_read, "peak_state_rows": m.peak_state_rows}

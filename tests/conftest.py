@@ -19,8 +19,8 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -40,7 +40,6 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 from servers.connect_server import connect_server  # noqa: E402,F401  (session-scoped Spark Connect server)
 from servers.kafka import kafka_broker  # noqa: E402,F401  (session-scoped Kafka broker, started on first use)
-
 
 TIERS = ("unit", "integration", "deploy")
 

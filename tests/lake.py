@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from typing import Any
 
 T0 = datetime(2026, 11, 1, 0, 0, tzinfo=timezone.utc)
 

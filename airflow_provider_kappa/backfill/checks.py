@@ -11,18 +11,20 @@ pyiceberg is imported inside functions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from airflow_provider_kappa.backfill.catalogs import CatalogFor
-from airflow_provider_kappa.backfill.config import SUBMIT, IcebergSourceConfig, JobConfig
-from airflow_provider_kappa.backfill.submit_args import check_kubernetes_provider
+from airflow_provider_kappa.engine.submit_args import check_kubernetes_provider
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSourceError
+from airflow_provider_kappa.job.catalogs import CatalogFor
+from airflow_provider_kappa.job.checkpoints import job_root
+from airflow_provider_kappa.job.config import SUBMIT, IcebergSourceConfig, JobConfig
 
 if TYPE_CHECKING:
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.backfill import Backfill
 
 
 #: most slices one backfill may have (Airflow's default ``core.max_map_length``): more means a
@@ -99,7 +101,7 @@ def check_checkpoint_root(cfg: JobConfig) -> None:
 
     from airflow_provider_kappa.spark.storage import filesystem, write_text
 
-    root = f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}"
+    root = job_root(cfg.job.checkpoint_root, cfg.job.name)
     fs, path = filesystem(root, "job.checkpoint_root", KappaConfigError)
     created = None  # the topmost folder the probe creates
     folder = path

@@ -41,18 +41,19 @@ No Airflow import here; pyiceberg and pyarrow are imported inside functions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kappa.backfill.catalogs import CatalogFor, job_catalogs
-from airflow_provider_kappa.backfill.checkpoints import backfill_root
-from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig
-from airflow_provider_kappa.backfill.snapshot import TAG_ATTEMPTS, retry_commit
-from airflow_provider_kappa.backfill.steps import connect_state_path, tag_name
-from airflow_provider_kappa.exceptions import KappaSinkError
-from airflow_provider_kappa.spark.storage import filesystem
+from airflow_provider_kappa.backfill.backfill import tag_name
 from airflow_provider_kappa.backfill.params import human_duration
+from airflow_provider_kappa.backfill.snapshot import TAG_ATTEMPTS, retry_commit
+from airflow_provider_kappa.exceptions import KappaSinkError
+from airflow_provider_kappa.job.catalogs import CatalogFor, job_catalogs
+from airflow_provider_kappa.job.checkpoints import backfill_root, backfills_folder, connect_state_path
+from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.spark.storage import filesystem
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -138,7 +139,7 @@ def age_text(age: timedelta | None) -> str:
 
 def jobs_backfill_folder(cfg: JobConfig) -> str:
     """``<checkpoint_root>/<job>/backfill``: where the job's backfills keep their folders."""
-    return backfill_root(cfg.job.checkpoint_root, cfg.job.name, "").rstrip("/")
+    return backfills_folder(cfg.job.checkpoint_root, cfg.job.name)
 
 
 def _checkpoint_folders(cfg: JobConfig) -> dict[str, tuple[str, datetime | None]]:
@@ -183,8 +184,8 @@ def find_leftovers(cfg: JobConfig, catalog_for: CatalogFor | None = None) -> lis
     :param catalog_for: opens a catalog of the job by name (default: the job's catalogs).
     :return: one entry per backfill id, sorted by id.
     """
-    from airflow_provider_kappa.backfill.connect import read_state
     from airflow_provider_kappa.backfill.lock import read_locks
+    from airflow_provider_kappa.engine.connect_server import read_state
     from airflow_provider_kappa.spark.staging import staging_backfills
 
     catalog_for = catalog_for or job_catalogs(cfg)

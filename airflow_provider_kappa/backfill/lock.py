@@ -37,7 +37,7 @@ from airflow_provider_kappa.timeparse import parse_timestamp
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.backfill import Backfill
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ def lock(bf: Backfill, *, retention: timedelta = DEFAULT_TAG_RETENTION) -> list[
     :raises KappaConcurrencyError: naming the holder and its window; locks this call took are
         given back, so a refused backfill leaves nothing behind.
     """
-    from airflow_provider_kappa.backfill.steps import release_command
+    from airflow_provider_kappa.backfill.lock import release_command
 
     taken: list[tuple[str, str]] = []
     try:
@@ -348,3 +348,14 @@ def release(bf: Backfill) -> list[str]:
     :returns: the tables whose lock was removed.
     """
     return [table for catalog, table in targets(bf) if release_target(bf, catalog, table)]
+
+
+def release_command(bf: Backfill) -> str:
+    """The ``kappa backfill`` command that releases ``bf``'s lock (shown to backfills it refuses)."""
+    import shlex
+
+    from airflow_provider_kappa.backfill.params import to_argv
+
+    argv = ["kappa", "backfill", "--config", str(bf.cfg.path), *to_argv(bf.params, identity_only=True), "--release-lock"]
+    return shlex.join(argv)
+

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
-from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig
 from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig
 from airflow_provider_kappa.timeparse import format_duration, parse_duration, parse_timestamp
 
 SEQUENTIAL = "sequential"

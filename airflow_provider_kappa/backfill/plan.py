@@ -16,13 +16,18 @@ A plan is small and JSON-able (:meth:`BackfillPlan.to_dict`); its slices
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.backfill.params import PARALLEL, SEQUENTIAL, BackfillParams
+from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.timeparse import from_micros, parse_timestamp, to_micros
+
+if TYPE_CHECKING:
+    from airflow_provider_kappa.backfill.backfill import Backfill
+    from airflow_provider_kappa.job.config import IcebergSinkConfig
 
 #: A slice is "outsized" when its estimated rows exceed this many times the median slice.
 OUTSIZED_FACTOR = 3.0
@@ -86,7 +91,7 @@ class SlicePlan:
     continued: bool = False
     """Sequential only: a later slice of the plan reads source data, so this slice's run must
     end like a live stream that goes on (without a final no-data micro-batch; see
-    :func:`airflow_provider_kappa.backfill.launch.slice_conf`)."""
+    :func:`airflow_provider_kappa.engine.launch.slice_conf`)."""
 
     @property
     def rows(self) -> int:
@@ -355,3 +360,85 @@ def plan_backfill(
         if not found:
             plan_warnings.append(f"source {name} has no data in the range read")
     return BackfillPlan(backfill_id=backfill_id, mode=params.mode, slices=tuple(slices), warnings=tuple(plan_warnings))
+
+
+def slice_is_empty(sp: SlicePlan) -> bool:
+    """Whether no source has a data file that may hold rows in ``sp``'s read range (from the
+    plan's manifest statistics; a file without ingestion bounds counts as possibly holding rows)."""
+    return bool(sp.stats) and all(s.files == 0 for s in sp.stats)
+
+
+
+def staging_tables(bf: Backfill, sink: IcebergSinkConfig, plan: BackfillPlan) -> list[str]:
+    """Staging tables of ``sink`` for every slice of ``plan`` that reads data, in slice order
+    (an empty slice creates none: validate and publish count it as zero rows).
+
+    :param bf: the backfill.
+    :param sink: one of its sinks.
+    :param plan: its plan.
+    """
+    return [bf.staging_table(sink, s.slice_id) for s in plan.slices if not slice_is_empty(s)]
+
+
+# --------------------------------------------------------------------------- the plan step
+
+
+def spans_loader(bf: Backfill, snapshot_ids: Mapping[str, int]) -> Callable[[str, int | None, int | None], list[Any]]:
+    """``spans_of(concrete_source, start_micros, end_micros)`` for the planner, from manifests.
+
+    :param bf: the backfill.
+    :param snapshot_ids: concrete source name -> pinned snapshot id.
+    """
+    from airflow_provider_kappa.spark.catalog import load_table
+    from airflow_provider_kappa.spark.source.manifests import file_spans
+
+    concrete = {src.name: src for src in bf.sources().values()}
+
+    def spans_of(name: str, start: int | None, end: int | None) -> list[Any]:
+        src = concrete[name]
+        table = load_table(bf.catalog_for(src.catalog), src.table)
+        return file_spans(table, snapshot_ids.get(name), src.ingestion_column, start, end)
+
+    return spans_of
+
+
+def plan(bf: Backfill, snapshot_ids: Mapping[str, int]) -> BackfillPlan:
+    """Cut the backfill into slices and estimate each from manifests (see :mod:`.planner`).
+
+    :param bf: the backfill.
+    :param snapshot_ids: from :func:`~airflow_provider_kappa.backfill.snapshot.snapshot`.
+    """
+    sources = {name: src.name for name, src in bf.sources().items()}
+    missing = sorted(set(sources.values()) - set(snapshot_ids))
+    if missing:
+        raise KappaSourceError(f"plan: no pinned snapshot for source(s) {missing}; got {dict(snapshot_ids)}")
+    planned = plan_backfill(bf.params, bf.id, snapshot_ids, sources, spans_loader(bf, snapshot_ids))
+    return replace(planned, warnings=planned.warnings + tuple(null_ingestion_warnings(bf, snapshot_ids)))
+
+
+def null_ingestion_warnings(bf: Backfill, snapshot_ids: Mapping[str, int]) -> list[str]:
+    """One warning per source table holding rows with a null ingestion column at its pinned
+    snapshot (or without the statistic to tell): no slice reads such rows (docs/source.md).
+
+    :param bf: the backfill.
+    :param snapshot_ids: concrete source name -> pinned snapshot id.
+    """
+    from airflow_provider_kappa.spark.catalog import load_table
+    from airflow_provider_kappa.spark.source.manifests import null_ingestion_rows
+
+    out = []
+    for src in {s.name: s for s in bf.sources().values()}.values():
+        table = load_table(bf.catalog_for(src.catalog), src.table)
+        nulls = null_ingestion_rows(table, snapshot_ids.get(src.name), src.ingestion_column)
+        if nulls is None:
+            out.append(
+                f"source {src.name}: some data files of {src.table} have no null count for {src.ingestion_column}; "
+                "rows with a null ingestion time, if any, are not read"
+            )
+        elif nulls:
+            out.append(
+                f"source {src.name}: {nulls} row(s) of {src.table} have a null {src.ingestion_column}; "
+                "no slice reads them (a row without an ingestion time belongs to no slice)"
+            )
+    return out
+

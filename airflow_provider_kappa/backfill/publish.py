@@ -46,13 +46,24 @@ from __future__ import annotations
 import logging
 import uuid
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from airflow_provider_kappa.backfill.checks import closed_end
+from airflow_provider_kappa.backfill.lock import check_lock, load_target, release, release_command, targets
+from airflow_provider_kappa.backfill.plan import BackfillPlan, staging_tables
 from airflow_provider_kappa.backfill.row_stream import plain_schema, plan, table_batches
-from airflow_provider_kappa.backfill.validate import check_min_match, in_window_mask, window_filter
-from airflow_provider_kappa.exceptions import KappaSinkError
+from airflow_provider_kappa.backfill.validate import check_min_match, in_window_mask, pinned, window_filter
+from airflow_provider_kappa.exceptions import KappaCatalogUnavailableError, KappaSinkError
+from airflow_provider_kappa.faults import (
+    RETRY_ATTEMPTS,
+    one_line,
+    retry_transient,
+    root_transient_cause,
+    transient_cause,
+)
 from airflow_provider_kappa.timeparse import parse_timestamp
 
 if TYPE_CHECKING:
@@ -61,6 +72,8 @@ if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
+
+    from airflow_provider_kappa.backfill.backfill import Backfill
 
 __all__ = ["PublishResult", "check_min_match", "publish_window", "replace_window", "staged_files"]
 
@@ -424,3 +437,78 @@ def _write_rows(table: Table, rows: list[pa.Table], rewrite: list[Table]) -> lis
             table.io.delete(data_file.file_path)
         raise
     return written
+
+
+# --------------------------------------------------------------------------- the publish step
+
+
+def publish(bf: Backfill, plan: BackfillPlan) -> dict[str, PublishResult]:
+    """Replace every sink's window with its staged rows, one atomic Iceberg commit per sink, then
+    release the backfill's lock on the targets.
+
+    Before its commit, each target is checked to hold no other backfill's live lock over an
+    overlapping window: two backfills never interleave their publishes.
+
+    :param bf: the backfill.
+    :param plan: the plan whose slices staged the rows.
+    :returns: sink name -> result.
+    :raises KappaConcurrencyError: another backfill holds an overlapping window of a target.
+    """
+    from airflow_provider_kappa.backfill.publish import publish_window
+
+    p = bf.params
+    end = closed_end(bf, pinned(plan))  # allow_open_end: only what the landed data closes
+    results: dict[str, PublishResult] = {}
+
+    def checked() -> None:
+        for catalog, table in targets(bf):
+            check_lock(load_target(bf, catalog, table), bf.id, p.start, p.end)
+
+    def one(name: str) -> PublishResult:
+        sink = bf.cfg.sinks[name]
+        return publish_window(
+            bf.catalog_for(sink.catalog),
+            sink.table,
+            staging_tables(bf, sink, plan),
+            sink.time_column,
+            p.start,
+            end,
+            snapshot_properties={"kappa.backfill-id": bf.id},
+            drop_until=p.end if end < p.end else None,
+        )
+
+    try:
+        retry_transient(checked, f"backfill {bf.id}: lock check before publish")
+        for name in bf.cfg.sinks:  # a repeated publish of a sink commits the same window again
+            log.info("sink %s: publishing [%s, %s)", name, p.start.isoformat(), end.isoformat())
+            results[name] = retry_transient(lambda name=name: one(name), f"publish of sink {name}")  # type: ignore[misc]
+            log.info("sink %s: published %s", name, results[name])
+        released = retry_transient(lambda: release(bf), f"backfill {bf.id}: release of its lock")
+    except Exception as e:
+        cause = transient_cause(e)
+        if cause is None:
+            raise
+        raise KappaCatalogUnavailableError(_publish_failure(bf, results, cause)) from e
+    if released:
+        log.info("backfill %s: released its lock on %s", bf.id, released)
+    return results
+
+
+def _publish_failure(bf: Backfill, results: Mapping[str, Any], cause: BaseException) -> str:
+    """The one-line message of a publish stopped by a transient catalog or storage fault."""
+
+    cause = root_transient_cause(cause) or cause
+    left = [name for name in bf.cfg.sinks if name not in results]
+    fault = f"backfill {bf.id}: publish stopped by a catalog fault that outlasted {RETRY_ATTEMPTS} attempts ({one_line(cause)})"
+    if not left:
+        return (
+            f"{fault}: every sink was published, but its lock on the targets could not be released; "
+            f"release it: {release_command(bf)}"
+        )
+    done = f"sink(s) {sorted(results)} published, " if results else ""
+    return (
+        f"{fault}; {done}sink(s) {left} not changed. The backfill keeps its lock on the targets for a rerun: run the "
+        "same kappa backfill command again with --resume (or clear the publish task in Airflow) once the catalog is "
+        f"free; to abandon the backfill instead, release the lock: {release_command(bf)}"
+    )
+

@@ -21,7 +21,8 @@ e.g. with :func:`~airflow_provider_kappa.backfill.validate.in_window_mask`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -8,14 +8,15 @@ No Airflow import here; pyiceberg is imported inside functions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_kappa.backfill.lock import DEFAULT_TAG_RETENTION, lock, release_target
 from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaSourceError
 
 if TYPE_CHECKING:
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.backfill import Backfill
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

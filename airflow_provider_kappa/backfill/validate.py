@@ -25,7 +25,7 @@ Output windows: the distinct values of ``time_column`` are counted on both sides
 streaming job's window starts lie on a grid: every 5 minutes, say); the grid step is the
 greatest common divisor of their distances. When the values do not lie on a grid of at most
 :data:`MAX_WINDOWS` cells over the window, or there are more than :data:`MAX_DISTINCT` of them,
-rows are counted in round buckets instead (:func:`~airflow_provider_kappa.backfill.timeaxis.round_step`,
+rows are counted in round buckets instead (:func:`~airflow_provider_kappa.timeaxis.round_step`,
 about :data:`BUCKETS` of them).
 """
 
@@ -34,15 +34,18 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
+from airflow_provider_kappa.backfill.checks import closed_end
+from airflow_provider_kappa.backfill.plan import BackfillPlan, null_ingestion_warnings, staging_tables
 from airflow_provider_kappa.backfill.row_stream import DEFAULT_BATCH_ROWS, plain_schema, plan, table_batches
-from airflow_provider_kappa.backfill.timeaxis import floor_to, format_duration_us, round_step
 from airflow_provider_kappa.exceptions import KappaSinkError, KappaValidationError
+from airflow_provider_kappa.timeaxis import floor_to, format_duration_us, round_step
 from airflow_provider_kappa.timeparse import parse_timestamp
 
 if TYPE_CHECKING:
@@ -51,6 +54,8 @@ if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
+
+    from airflow_provider_kappa.backfill.backfill import Backfill
 
 _STAGED = "__kappa_staged"
 _TARGET = "__kappa_target"
@@ -276,8 +281,8 @@ def read_staged(catalog: Catalog, staging: Iterable[str], schema: pa.Schema, row
     :param row_filter: a pyiceberg row filter, or None for every row.
     """
     import pyarrow as pa
-    from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.expressions import AlwaysTrue
 
     parts = [schema.empty_table()]
     for identifier in staging:
@@ -300,7 +305,7 @@ def _row_keys(table: pa.Table) -> pa.Table:
     import pyarrow as pa
 
     cols = []
-    for name, column in zip(table.column_names, table.columns):
+    for _name, column in zip(table.column_names, table.columns):
         if pa.types.is_nested(column.type):
             text = [None if v is None else json.dumps(_jsonable(v), sort_keys=True) for v in column.to_pylist()]
             cols.append(pa.array(text, pa.string()))
@@ -793,3 +798,68 @@ def _as_target(identifier: str, batches: Iterable[pa.RecordBatch], schema: pa.Sc
             raise KappaSinkError(
                 f"staging table {identifier!r} has schema {batch.schema}, which does not match the target's {schema}"
             ) from e
+
+
+# --------------------------------------------------------------------------- the validate step
+
+
+def validate(bf: Backfill, plan: BackfillPlan) -> dict[str, ValidationReport]:
+    """Compare every sink's staged rows with its target's current rows over the window (the
+    callers then write the HTML report: :func:`airflow_provider_kappa.report.report.write_report`).
+
+    :param bf: the backfill.
+    :param plan: the plan whose slices staged the rows.
+    :returns: sink name -> report.
+    """
+    end = closed_end(bf, pinned(plan))  # the part of the window published (see publish)
+    reports = {
+        name: validate_window(
+            bf.catalog_for(sink.catalog),
+            sink.table,
+            staging_tables(bf, sink, plan),
+            sink.time_column,
+            bf.params.start,
+            end,
+        )
+        for name, sink in bf.cfg.sinks.items()
+    }
+    notes = null_ingestion_warnings(bf, pinned(plan))  # rows no slice read (docs/source.md)
+    if end < bf.params.end:
+        notes.append(clipped_note(bf, end))
+    for report in reports.values():
+        report.warnings = [*report.warnings, *notes]
+    return reports
+
+
+def pinned(plan: BackfillPlan) -> dict[str, int]:
+    """Concrete source name -> the snapshot id the plan's slices read."""
+    return dict(plan.slices[0].snapshot_ids) if plan.slices else {}
+
+
+def clipped_note(bf: Backfill, end: datetime) -> str:
+    return (
+        f"allow_open_end: end + tail lies past the landed data, which closes the window only up to "
+        f"{end.isoformat()}: validated and published [{bf.params.start.isoformat()}, {end.isoformat()}); "
+        f"staged rows from {end.isoformat()} on are not published, the target's rows in "
+        f"[{end.isoformat()}, {bf.params.end.isoformat()}) are kept as they are"
+    )
+
+
+def check_gate(bf: Backfill, reports: Mapping[str, ValidationReport]) -> None:
+    """Refuse to go on when a sink's match rate is below ``min_match``, or when a publish would
+    replace a non-empty window of the target with nothing (say so rather than silently empty it).
+
+    :param bf: the backfill.
+    :param reports: from :func:`validate`.
+    :raises KappaValidationError: naming the sink and the numbers.
+    """
+    for name, report in reports.items():
+        if bf.params.min_match > 0:
+            check_min_match(report, bf.params.min_match)
+        if report.staged_rows == 0 and report.target_rows > 0:
+            raise KappaValidationError(
+                f"sink {name}: the backfill staged no rows for [{report.window_start}, {report.window_end}) but "
+                f"{report.target_table} holds {report.target_rows} there; refusing to replace the window with nothing "
+                "(check the window and the source data)"
+            )
+

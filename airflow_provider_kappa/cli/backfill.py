@@ -8,7 +8,7 @@ result); each slice's Spark output goes to a log file, not the terminal. Engine 
 (``job.engine``): slices are sessions of one Spark Connect server, ``job.connect``'s, or a local
 one started for this backfill (only if a slice runs) and stopped at its end, also on failure,
 Ctrl-C or SIGTERM. Engine ``submit``: one spark-submit per slice. Killed, even by SIGKILL, it
-leaves no Spark process running (parent-death signal, ``backfill/processes.py``), and a retry
+leaves no Spark process running (parent-death signal, ``engine/processes.py``), and a retry
 fences out anything it left (docs/sink.md, Fencing). Exits 0 on
 success (published, or validated for ``--dry-run`` / ``--no-publish``, or ``--release-lock``
 done), 1 when a slice fails or validation refuses the publish, 2 on bad input or when another
@@ -19,20 +19,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import tempfile
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kappa.backfill.processes import sigterm_raises
 from airflow_provider_kappa.cli.plan import add_backfill_arguments, load_backfill, plan_table, print_header
+from airflow_provider_kappa.engine.processes import sigterm_raises
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.backfill.plan import BackfillPlan
-    from airflow_provider_kappa.backfill.steps import Backfill
 
 #: The stdlib logger of the backfill steps (details go to the slice log, not the terminal).
 _STEPS_LOGGER = "airflow_provider_kappa"
@@ -55,24 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def log_folder(bf: Backfill) -> Path:
-    """Where slice logs go: the backfill's checkpoint folder when local, else a temporary folder."""
-    root = bf.store().root
-    if "://" in root and not root.startswith("file://"):
-        return Path(tempfile.gettempdir()) / "kappa-logs" / bf.id
-    return Path(root.removeprefix("file://")) / "logs"
-
-
 @contextmanager
 def slice_log(path: Path) -> Iterator[None]:
     """Send spark-submit's output (SparkSubmitHook logs it through Airflow's structlog) and the
     step details (stdlib logging) to ``path`` while a slice runs."""
-    import structlog
-
     # Importing Airflow configures its logging (structlog included) once per process; done inside
     # the block, it would replace the configuration below and send the first slice's output to
     # the terminal. Import it first.
     import airflow.providers.apache.spark.hooks.spark_submit  # noqa: F401
+    import structlog
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as fh:
@@ -98,9 +89,10 @@ def connect_server(bf: Backfill, plan: BackfillPlan, resume: bool, stack: ExitSt
     """The Spark Connect URL the slices run on (engine ``connect``): ``job.connect``'s, else a local
     server started now and stopped when ``stack`` closes (also on failure or Ctrl-C), only if
     some slice will run (not empty, not done with ``--resume``). ``None`` for engine ``submit``."""
-    from airflow_provider_kappa.backfill.config import CONNECT
-    from airflow_provider_kappa.backfill.connect import LocalConnectServer, configured_url, redact_url
-    from airflow_provider_kappa.backfill.steps import connect_state_file, slice_is_empty
+    from airflow_provider_kappa.backfill.backfill import connect_state_file
+    from airflow_provider_kappa.backfill.plan import slice_is_empty
+    from airflow_provider_kappa.engine.connect_server import LocalConnectServer, configured_url, redact_url
+    from airflow_provider_kappa.job.config import CONNECT
 
     if bf.cfg.job.engine != CONNECT:
         return None
@@ -124,13 +116,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from airflow_provider_kappa.backfill.finish import check_gate, publish, summary, validate
-    from airflow_provider_kappa.backfill.report import report_file
     from airflow_provider_kappa.backfill.lock import release
+    from airflow_provider_kappa.backfill.plan import plan as plan_slices
+    from airflow_provider_kappa.backfill.publish import publish
+    from airflow_provider_kappa.backfill.slices import run_slice
     from airflow_provider_kappa.backfill.snapshot import snapshot
-    from airflow_provider_kappa.backfill.steps import plan as plan_slices
-    from airflow_provider_kappa.backfill.steps import run_slice
+    from airflow_provider_kappa.backfill.summary import summary
+    from airflow_provider_kappa.backfill.validate import check_gate, validate
     from airflow_provider_kappa.exceptions import KappaEngineError, KappaValidationError
+    from airflow_provider_kappa.report.report import write_report
 
     console = Console()
     logging.getLogger(_STEPS_LOGGER).setLevel(logging.WARNING)  # the terminal gets this command's own output
@@ -146,8 +140,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(plan_table(plan))
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {w}")
-    logs = log_folder(bf)
     store = bf.store()
+    logs = store.log_folder(bf.id)
     results: list[dict[str, Any]] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with ExitStack() as stack, Progress(*columns, console=console) as progress:
@@ -186,9 +180,10 @@ def run(args: argparse.Namespace) -> int:
             )
             progress.advance(task)
     reports = validate(bf, plan)
+    write_report(bf, plan, reports)  # before the gate: a refused backfill has its report too
     for report in reports.values():
         console.print(report.to_text())
-    console.print(f"  report: {report_file(store)}")
+    console.print(f"  report: {store.report_file()}")
     report_dicts = {name: r.to_dict() for name, r in reports.items()}
     try:
         check_gate(bf, reports)

@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from airflow_provider_kappa.backfill.cleanup import cleanup
-    from airflow_provider_kappa.backfill.config import load_config
     from airflow_provider_kappa.backfill.params import human_duration
+    from airflow_provider_kappa.job.config import load_config
     from airflow_provider_kappa.timeparse import parse_duration
 
     cfg = load_config(args.config)

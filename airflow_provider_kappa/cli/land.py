@@ -1,7 +1,7 @@
 """``kappa land --config kappa.yaml [--sources a,b] [--available-now]``: Kafka -> Iceberg landing.
 
 Lands each selected dynamic source's ``kafka`` candidate into its ``iceberg`` candidate's table
-(:mod:`airflow_provider_kappa.backfill.landing`, the application :mod:`airflow_provider_kappa.spark.landing`)
+(:mod:`airflow_provider_kappa.engine.landing`, the application :mod:`airflow_provider_kappa.spark.landing`)
 with spark-submit, like ``kappa run``: one landing per ``land.interval`` until stopped (Ctrl-C or
 SIGTERM end it and its Spark driver; exit 0), or, with ``--available-now``, what the topics hold
 now, then exit. Restartable: the checkpoint is ``<checkpoint_root>/<job>/land/<source>``.
@@ -13,12 +13,12 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from airflow_provider_kappa.backfill.catalogs import job_catalogs
-from airflow_provider_kappa.backfill.config import load_config
-from airflow_provider_kappa.backfill.jvm import kafka_connector_conf
-from airflow_provider_kappa.backfill.landing import check_tables, describe, land_checkpoint, land_conf, landings, selected
-from airflow_provider_kappa.backfill.launch import write_catalogs_file
-from airflow_provider_kappa.backfill.processes import sigterm_raises
+from airflow_provider_kappa.engine.jvm import kafka_connector_conf
+from airflow_provider_kappa.engine.landing import check_tables, describe, land_checkpoint, land_conf, landings, selected
+from airflow_provider_kappa.engine.launch import write_catalogs_file
+from airflow_provider_kappa.engine.processes import sigterm_raises
+from airflow_provider_kappa.job.catalogs import job_catalogs
+from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.timeparse import format_duration
 
 APPLICATION = "airflow_provider_kappa.spark.landing"
@@ -42,7 +42,7 @@ def application() -> Path:
 def run(args: argparse.Namespace) -> int:
     """Land until stopped (or, ``--available-now``, until the topics are landed)."""
     # imported when the verb runs (not when the CLI's parser is built), like the other verbs' steps
-    from airflow_provider_kappa.backfill.submit import submit
+    from airflow_provider_kappa.engine.submit import submit
 
     cfg = load_config(args.config)
     items = landings(cfg, selected(args.sources))

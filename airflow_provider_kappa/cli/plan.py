@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.backfill.plan import BackfillPlan
 
 
@@ -48,9 +48,9 @@ def load_backfill(args: argparse.Namespace) -> Backfill:
     tables and the job's application. ``kappa backfill --release-lock`` runs nothing: it is checked
     like ``kappa plan`` (an abandoned lock must be releasable whatever the data has become since).
     """
+    from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.backfill.checks import check_inputs
-    from airflow_provider_kappa.backfill.config import load_config
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.job.config import load_config
 
     bf = Backfill.create(load_config(args.config), params_from_args(args))
     runs = getattr(args, "verb", "backfill") != "plan" and not getattr(args, "release_lock", False)
@@ -111,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the slice table of a backfill at the sources' current snapshots."""
     from rich.console import Console
 
+    from airflow_provider_kappa.backfill.plan import plan as plan_slices
     from airflow_provider_kappa.backfill.snapshot import snapshot
-    from airflow_provider_kappa.backfill.steps import plan as plan_slices
 
     console = Console()
     bf = load_backfill(args)

@@ -2,7 +2,7 @@
 
 Sources resolve to their ``selected`` candidate; an ``iceberg`` candidate runs in tail
 mode (following new snapshots), so the live path works locally without Kafka. A ``kafka``
-candidate gets Spark's Kafka connector from the jars fetched at install time (``backfill/jvm.py``),
+candidate gets Spark's Kafka connector from the jars fetched at install time (``engine/jvm.py``),
 and the run records its live ledger (``job.ledger``, ``spark.kappa.ledger``): every micro-batch's
 Kafka offsets per topic partition, written by the sink as it commits the batch
 (:mod:`airflow_provider_kappa.spark.ledger`); ``kappa backfill --ledger`` replays those batches.
@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from airflow_provider_kappa.backfill.config import KafkaSourceConfig, load_config
-from airflow_provider_kappa.backfill.jvm import kafka_connector_conf
-from airflow_provider_kappa.backfill.launch import live_conf, write_catalogs_file
-from airflow_provider_kappa.backfill.processes import sigterm_raises
+from airflow_provider_kappa.engine.jvm import kafka_connector_conf
+from airflow_provider_kappa.engine.launch import live_conf, write_catalogs_file
+from airflow_provider_kappa.engine.processes import sigterm_raises
+from airflow_provider_kappa.job.checkpoints import live_checkpoint
+from airflow_provider_kappa.job.config import KafkaSourceConfig, load_config
 from airflow_provider_kappa.spark.conf_keys import PREFIX
 
 
@@ -30,10 +31,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the job live until it is stopped (Ctrl-C or SIGTERM end it and its Spark driver; exit 0)
     or fails."""
     # imported when the verb runs (not when the CLI's parser is built), like the other verbs' steps
-    from airflow_provider_kappa.backfill.submit import submit
+    from airflow_provider_kappa.engine.submit import submit
 
     cfg = load_config(args.config)
-    checkpoint = args.checkpoint or f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}/live"
+    checkpoint = args.checkpoint or live_checkpoint(cfg.job.checkpoint_root, cfg.job.name)
     private = Path(checkpoint) / "_kappa"
     catalogs_file = write_catalogs_file(cfg, private / "catalogs.json")
     conf = live_conf(cfg, catalogs_file, checkpoint)

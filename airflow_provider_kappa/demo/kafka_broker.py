@@ -1,6 +1,6 @@
 """A one-node Apache Kafka broker in KRaft mode on 127.0.0.1, for the tests and the demo.
 
-Runs from the jars ``jvm/fetch.sh`` fetched at install time (:func:`~airflow_provider_kappa.backfill.jvm.broker_classpath`):
+Runs from the jars ``jvm/fetch.sh`` fetched at install time (:func:`~airflow_provider_kappa.engine.jvm.broker_classpath`):
 the storage is formatted with ``kafka.tools.StorageTool``, then ``kafka.Kafka`` runs as broker and
 controller in one JVM, on two free ports of 127.0.0.1, in its own process group, and is stopped
 by its process id (SIGTERM, a clean shutdown; SIGKILL after a timeout). Nothing is downloaded.
@@ -20,8 +20,8 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
-from airflow_provider_kappa.backfill.connect import free_port, log_tail
-from airflow_provider_kappa.backfill.jvm import broker_classpath
+from airflow_provider_kappa.engine.connect_server import free_port, log_tail
+from airflow_provider_kappa.engine.jvm import broker_classpath
 from airflow_provider_kappa.exceptions import KappaEngineError
 
 STARTED = "Kafka Server started"

@@ -24,14 +24,15 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from airflow_provider_kappa.backfill.config import JobConfig
 from airflow_provider_kappa.demo.kafka_client import Ack, create_topic, produce
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError, KappaError
+from airflow_provider_kappa.job.config import JobConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,8 +46,8 @@ KAFKA_ENV = "KAPPA_KAFKA"
 def kafka_unavailable() -> str | None:
     """Why the demo cannot run a Kafka broker here, in one line, or ``None`` when it can try
     (the broker's and the connector's jars fetched, ``java`` found, kafka-python installed)."""
-    from airflow_provider_kappa.backfill.jvm import KAFKA_BROKER, SPARK_KAFKA, artifact_jars
     from airflow_provider_kappa.demo.kafka_broker import _java
+    from airflow_provider_kappa.engine.jvm import KAFKA_BROKER, SPARK_KAFKA, artifact_jars
 
     try:
         artifact_jars(KAFKA_BROKER)
@@ -77,7 +78,7 @@ def topics_of(configs: Iterable[JobConfig]) -> dict[str, str]:
 
     :raises KappaConfigError: a topic landed into two tables.
     """
-    from airflow_provider_kappa.backfill.landing import landings
+    from airflow_provider_kappa.engine.landing import landings
 
     out: dict[str, str] = {}
     for cfg in configs:
@@ -109,7 +110,13 @@ def produce_lake(bootstrap: str, spec: LakeSpec, topics: Mapping[str, str]) -> t
     :returns: topic -> what was produced, and the lake's summary (landings: none yet; a table no topic
         feeds counts no event).
     """
-    from airflow_provider_kappa.demo.lakegen import IMPRESSIONS_TABLE, LATE_THRESHOLD, PLAYBACKS_TABLE, LakeSummary, landed_events
+    from airflow_provider_kappa.demo.lakegen import (
+        IMPRESSIONS_TABLE,
+        LATE_THRESHOLD,
+        PLAYBACKS_TABLE,
+        LakeSummary,
+        landed_events,
+    )
 
     began = time.monotonic()
     impressions, playbacks = landed_events(spec)
@@ -145,8 +152,8 @@ def land_lake(configs: Iterable[tuple[Path, JobConfig]], log: Path) -> int:
     :param log: the commands' output (appended).
     :raises KappaEngineError: a landing failed; the message holds the tail of ``log``.
     """
-    from airflow_provider_kappa.backfill.connect import log_tail
-    from airflow_provider_kappa.backfill.landing import landings
+    from airflow_provider_kappa.engine.connect_server import log_tail
+    from airflow_provider_kappa.engine.landing import landings
 
     kappa = Path(sys.executable).parent / "kappa"
     done: set[str] = set()

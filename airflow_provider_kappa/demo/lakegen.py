@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
 from airflow_provider_kappa.timeparse import from_micros, to_micros

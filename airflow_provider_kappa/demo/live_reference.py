@@ -12,7 +12,7 @@ reference is the job run live FROM KAFKA instead (:func:`kafka_reference_conf`):
 ``kafka`` candidate from the earliest offset, ``availableNow``, ``maxOffsetsPerTrigger`` per topic, the
 sink recording the live ledger (``job.ledger``) as ``kappa run`` does.
 
-The run is one spark-submit of the job's own application (:func:`~airflow_provider_kappa.backfill.submit.submit`).
+The run is one spark-submit of the job's own application (:func:`~airflow_provider_kappa.engine.submit.submit`).
 Nothing here imports pyspark; pyiceberg is imported inside functions.
 """
 
@@ -22,16 +22,18 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping
+from typing import TYPE_CHECKING
 
-from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig, KafkaSourceConfig, load_config
+from airflow_provider_kappa.engine.launch import live_conf, source_conf, write_catalogs_file
+from airflow_provider_kappa.engine.submit import submit
 from airflow_provider_kappa.exceptions import KappaConfigError
-from airflow_provider_kappa.backfill.launch import live_conf, source_conf, write_catalogs_file
+from airflow_provider_kappa.job.checkpoints import live_checkpoint
+from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig, KafkaSourceConfig, load_config
 from airflow_provider_kappa.spark.settings import AVAILABLE_NOW, PREFIX
-from airflow_provider_kappa.backfill.submit import submit
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -85,12 +87,12 @@ def lake_env(lake_dir: str | Path | None) -> Iterator[None]:
 def reference_conf(
     cfg: JobConfig, catalogs_file: str | Path, checkpoint: str, *, files_per_batch: int = 1
 ) -> dict[str, str]:
-    """The Spark conf of a live reference run: :func:`~airflow_provider_kappa.backfill.launch.live_conf`
+    """The Spark conf of a live reference run: :func:`~airflow_provider_kappa.engine.launch.live_conf`
     with the ``availableNow`` trigger, every job source on its ``iceberg`` candidate (tail mode)
     and at most ``files_per_batch`` data files per micro-batch (at least one snapshot is read).
 
     :param cfg: the job config.
-    :param catalogs_file: path written by :func:`~airflow_provider_kappa.backfill.launch.write_catalogs_file`.
+    :param catalogs_file: path written by :func:`~airflow_provider_kappa.engine.launch.write_catalogs_file`.
     :param checkpoint: the run's checkpoint folder.
     :param files_per_batch: reader option ``max_files_per_batch`` of every source.
     """
@@ -113,18 +115,18 @@ def reference_conf(
 def kafka_reference_conf(
     cfg: JobConfig, catalogs_file: str | Path, checkpoint: str, max_offsets: Mapping[str, int]
 ) -> dict[str, str]:
-    """The Spark conf of a live reference run from Kafka: :func:`~airflow_provider_kappa.backfill.launch.live_conf`
+    """The Spark conf of a live reference run from Kafka: :func:`~airflow_provider_kappa.engine.launch.live_conf`
     with the ``availableNow`` trigger, every job source on its ``kafka`` candidate from the earliest
     offset with ``maxOffsetsPerTrigger`` of its topic, the Kafka connector's jars, and the live ledger
     (``job.ledger``) recorded by the sink, as ``kappa run`` records it.
 
     :param cfg: the job config.
-    :param catalogs_file: path written by :func:`~airflow_provider_kappa.backfill.launch.write_catalogs_file`.
+    :param catalogs_file: path written by :func:`~airflow_provider_kappa.engine.launch.write_catalogs_file`.
     :param checkpoint: the run's checkpoint folder.
     :param max_offsets: topic -> records per micro-batch at most.
     :raises KappaConfigError: a job source without a kafka candidate, or a topic without a limit.
     """
-    from airflow_provider_kappa.backfill.jvm import kafka_connector_conf
+    from airflow_provider_kappa.engine.jvm import kafka_connector_conf
 
     conf = live_conf(cfg, catalogs_file, checkpoint)
     conf[PREFIX + "trigger"] = AVAILABLE_NOW
@@ -176,7 +178,7 @@ def run_live_reference(
     """
     with lake_env(lake_dir):
         cfg = load_config(config_path)
-    ckpt = checkpoint or f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}/live"
+    ckpt = checkpoint or live_checkpoint(cfg.job.checkpoint_root, cfg.job.name)
     if fresh:
         _drop_targets(cfg)
         shutil.rmtree(ckpt, ignore_errors=True)
@@ -212,7 +214,7 @@ def run_live_reference(
 
 
 def _catalog(cfg: JobConfig, name: str) -> Catalog:
-    from airflow_provider_kappa.backfill.catalogs import load_catalog
+    from airflow_provider_kappa.job.catalogs import load_catalog
 
     return load_catalog(cfg, name)
 

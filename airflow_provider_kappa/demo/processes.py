@@ -13,10 +13,11 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
 

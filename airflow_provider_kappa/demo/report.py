@@ -1,18 +1,19 @@
 """The demo's report: a short text for the terminal and an HTML page with inline SVG plots.
 
 No plotting dependency: the page and its charts are those of a backfill's report
-(:mod:`airflow_provider_kappa.backfill.report`): one definition of the drawing.
+(:mod:`airflow_provider_kappa.report.report`): one definition of the drawing.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from airflow_provider_kappa.backfill.report import Windows
+    from airflow_provider_kappa.report.report import Windows
 
 
 @dataclass(frozen=True)
@@ -75,9 +76,9 @@ class DemoReport:
 
     def write_html(self, path: str | Path) -> Path:
         """Write the HTML page (facts, live vs backfill per window, slice throughput, notes),
-        drawn by the backfill report's code (:mod:`airflow_provider_kappa.backfill.report`),
+        drawn by the backfill report's code (:mod:`airflow_provider_kappa.report.report`),
         and return its path."""
-        from airflow_provider_kappa.backfill import report as draw
+        from airflow_provider_kappa.report import report as draw
 
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -110,8 +111,8 @@ class DemoReport:
 
 def _hour_windows(hours: Sequence[HourCount]) -> Windows | None:
     """Hourly counts as the shared chart's windows (one window per hour, the hours in between empty)."""
-    from airflow_provider_kappa.backfill.report import Windows
-    from airflow_provider_kappa.backfill.timeaxis import HOUR
+    from airflow_provider_kappa.report.report import Windows
+    from airflow_provider_kappa.timeaxis import HOUR
     from airflow_provider_kappa.timeparse import parse_timestamp, to_micros
 
     starts = [to_micros(parse_timestamp(h.hour, "hour")) for h in hours if h.hour != "null"]

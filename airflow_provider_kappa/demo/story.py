@@ -25,16 +25,17 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
-from airflow_provider_kappa.demo.report import DemoReport, HourCount, SliceStat
-from airflow_provider_kappa.demo.processes import StoryProcess, check_concurrency, copy_sqlite, encode_json, run_stories
 from airflow_provider_kappa.backfill.params import MODES
+from airflow_provider_kappa.demo.processes import StoryProcess, check_concurrency, copy_sqlite, encode_json, run_stories
+from airflow_provider_kappa.demo.report import DemoReport, HourCount, SliceStat
 from airflow_provider_kappa.examples import JOBS
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
 from airflow_provider_kappa.timeparse import format_duration
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
@@ -551,8 +552,8 @@ def _kafka_lake(broker: Any, spec: Any, jobs: tuple[str, ...], catalog: Any, say
     topic -> :class:`~airflow_provider_kappa.demo.kafka_lake.Topic`, and the lake's summary."""
     from dataclasses import replace
 
-    from airflow_provider_kappa.backfill.config import load_config
     from airflow_provider_kappa.demo.kafka_lake import KAFKA_ENV, land_lake, produce_lake, topics_of
+    from airflow_provider_kappa.job.config import load_config
 
     began = time.monotonic()
     os.environ[KAFKA_ENV] = broker.bootstrap_servers
@@ -583,8 +584,8 @@ def _limits_text(limits: dict[str, int] | None) -> str:
 
 def _restamp(jobs: tuple[str, ...], topics: dict[str, Any]) -> None:
     """Every job's live ledger onto the lake's time axis (:func:`~airflow_provider_kappa.demo.kafka_lake.restamp_ledger`)."""
-    from airflow_provider_kappa.backfill.config import load_config
     from airflow_provider_kappa.demo.kafka_lake import restamp_ledger
+    from airflow_provider_kappa.job.config import load_config
 
     for job in jobs:
         cfg = load_config(EXAMPLES / job / "kappa.yaml")
@@ -613,7 +614,7 @@ def _live_references(
 
 
 def _target(job: str) -> tuple[str, str]:
-    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.job.config import load_config
 
     cfg = load_config(EXAMPLES / job / "kappa.yaml")
     sink = next(iter(cfg.sinks.values()))
@@ -718,15 +719,15 @@ def _backfill_and_compare(
 
 def _slice_progress(config: Path, conf: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Slice id -> the Spark progress records the backfill kept for it."""
-    from airflow_provider_kappa.backfill.steps import Backfill
-    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.backfill.backfill import Backfill
+    from airflow_provider_kappa.job.config import load_config
 
     return Backfill.create(load_config(config), conf).store().progress()
 
 
 def _slice_metrics(config: Path, conf: dict[str, Any]) -> list[dict[str, Any]]:
-    from airflow_provider_kappa.backfill.steps import Backfill
-    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.backfill.backfill import Backfill
+    from airflow_provider_kappa.job.config import load_config
 
     return Backfill.create(load_config(config), conf).store().done_all()
 

@@ -3,7 +3,7 @@
 A thin hook over the Iceberg provider's ``IcebergHook``: it reads the connection into pyiceberg
 properties, and opens the catalog under the name kappa.yaml gives it (pyiceberg's SqlCatalog
 keys its tables by that name; IcebergHook would name it after the connection). The backfill
-steps use it through :mod:`airflow_provider_kappa.backfill.catalogs`; it knows nothing of them.
+steps use it through :mod:`airflow_provider_kappa.job.catalogs`; it knows nothing of them.
 
 Properties (credentials included) are returned to the caller only: this hook never logs them,
 and they never go to XCom.

@@ -17,12 +17,14 @@ data interval (a scheduled run, an Airflow backfill), its ``data_interval_start`
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_kappa.backfill.params import KEYS
 from airflow_provider_kappa.exceptions import (
     KappaConcurrencyError,
     KappaConfigError,
@@ -30,13 +32,12 @@ from airflow_provider_kappa.exceptions import (
     KappaSourceError,
     KappaValidationError,
 )
-from airflow_provider_kappa.backfill.params import KEYS
 from airflow_provider_kappa.faults import transient_cause
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.backfill.plan import BackfillPlan
 
 #: Errors a retry cannot fix (a refusal by another backfill's lock included: it lasts until
@@ -114,8 +115,8 @@ class KappaBackfillBaseOperator(BaseOperator):
 
     def load_backfill(self, context: Context) -> Backfill:
         """Load the config and validate the parameters (fails fast on bad input)."""
-        from airflow_provider_kappa.backfill.config import load_config
-        from airflow_provider_kappa.backfill.steps import Backfill
+        from airflow_provider_kappa.backfill.backfill import Backfill
+        from airflow_provider_kappa.job.config import load_config
 
         if not isinstance(self.config_path, str) or not self.config_path:
             raise AirflowFailException(f"{self.task_id}: config_path must be the path of a kappa.yaml, got {self.config_path!r}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -42,8 +43,8 @@ class KappaCleanupOperator(KappaBackfillBaseOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from airflow_provider_kappa.backfill.cleanup import age_text, cleanup
-        from airflow_provider_kappa.backfill.config import load_config
         from airflow_provider_kappa.backfill.params import human_duration
+        from airflow_provider_kappa.job.config import load_config
         from airflow_provider_kappa.timeparse import parse_duration
 
         if not isinstance(self.config_path, str) or not self.config_path:

@@ -3,7 +3,8 @@ started by a setup task before the slices, stopped by a teardown task after them
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -41,8 +42,8 @@ class KappaConnectServerOperator(KappaBackfillBaseOperator):
         self.action = action
 
     def execute(self, context: Context) -> dict[str, Any] | None:
-        from airflow_provider_kappa.backfill.connect import ensure_server, redact_url, stop_owned
-        from airflow_provider_kappa.backfill.steps import connect_state_file
+        from airflow_provider_kappa.backfill.backfill import connect_state_file
+        from airflow_provider_kappa.engine.connect_server import ensure_server, redact_url, stop_owned
 
         if self.action not in (START, STOP):
             raise AirflowFailException(f"{self.task_id}: action {self.action!r} is not an action; allowed: {[START, STOP]}")

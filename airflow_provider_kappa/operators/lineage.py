@@ -17,14 +17,15 @@ at the snapshot its publish committed). Nothing of a catalog's credentials goes 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.backfill import Backfill
 
 #: Schemes whose dataset name is the path with its leading ``/`` (file systems); for the
 #: others (object stores: ``s3``, ``gs``, ``abfss``, …) the name is the object key, without it.

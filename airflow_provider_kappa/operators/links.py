@@ -1,7 +1,7 @@
 """Extra links of the backfill operators: buttons on a task instance in the Airflow UI.
 
 - **Backfill report** (validate and publish tasks): the backfill's HTML report
-  (:func:`airflow_provider_kappa.backfill.report.report_file`,
+  (:meth:`airflow_provider_kappa.job.checkpoints.CheckpointStore.report_file`,
   ``<checkpoint_root>/<job>/backfill/<backfill_id>/report.html``).
 - **Spark UI** (each slice task): while the slice runs, the Spark UI of its application; once it
   has finished, the Spark History Server when one is configured.
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
     from airflow.sdk.types import TaskInstanceKey
 
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.backfill import Backfill
 
 #: The provider's section of the Airflow config.
 SECTION = "kappa"
@@ -81,9 +81,8 @@ def report_url(bf: Backfill) -> str:
 
     :param bf: the backfill.
     """
-    from airflow_provider_kappa.backfill.report import report_file
 
-    uri = report_file(bf.store())
+    uri = bf.store().report_file()
     base = option("report_base_url")
     root = bf.cfg.job.checkpoint_root.rstrip("/")
     if base:
@@ -111,7 +110,7 @@ def spark_ui_url(bf: Backfill, slice_id: str) -> str:
     :param bf: the backfill.
     :param slice_id: the slice.
     """
-    from airflow_provider_kappa.backfill.config import CONNECT
+    from airflow_provider_kappa.job.config import CONNECT
 
     configured = _configured("spark_ui_url", bf, slice_id)
     if configured:
@@ -121,7 +120,7 @@ def spark_ui_url(bf: Backfill, slice_id: str) -> str:
         return ""
     host = socket.getfqdn()
     if bf.cfg.job.engine == CONNECT and bf.cfg.job.connect is not None:
-        from airflow_provider_kappa.backfill.connect import configured_url
+        from airflow_provider_kappa.engine.connect_server import configured_url
 
         url = configured_url(bf.cfg) or ""
         host = urlparse("http://" + url.split("://", 1)[-1].split(";", 1)[0]).hostname or host
@@ -134,7 +133,7 @@ def spark_finished_url(bf: Backfill, slice_id: str) -> str:
     :param bf: the backfill.
     :param slice_id: the slice.
     """
-    from airflow_provider_kappa.backfill.config import CONNECT
+    from airflow_provider_kappa.job.config import CONNECT
 
     finished = _configured("spark_history_url", bf, slice_id)
     if finished or bf.cfg.job.engine != CONNECT:

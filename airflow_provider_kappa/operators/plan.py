@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseBranchOperator
 from airflow.sdk.exceptions import AirflowFailException
@@ -36,7 +37,7 @@ class KappaPlanOperator(KappaBackfillBaseOperator):
         self.snapshot = snapshot
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        from airflow_provider_kappa.backfill.steps import plan as plan_slices
+        from airflow_provider_kappa.backfill.plan import plan as plan_slices
 
         bf = self.load_backfill(context)
         if not isinstance(self.snapshot, Mapping) or not isinstance(self.snapshot.get("snapshot_ids"), Mapping):

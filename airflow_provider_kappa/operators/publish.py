@@ -3,8 +3,9 @@ one Airflow asset event per target table, so DAGs scheduled on that table run af
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -16,7 +17,7 @@ from airflow_provider_kappa.operators.links import KappaReportLink, record_repor
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_kappa.backfill.config import JobConfig
+    from airflow_provider_kappa.job.config import JobConfig
 
 #: Scheme of the asset URI of an Iceberg table (``iceberg://<catalog>/<namespace>/<table>``).
 ASSET_SCHEME = "iceberg"
@@ -84,7 +85,9 @@ class KappaPublishOperator(KappaLineageMixin, KappaBackfillBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_kappa.backfill.checks import closed_end
-        from airflow_provider_kappa.backfill.finish import pinned, publish, summary
+        from airflow_provider_kappa.backfill.publish import publish
+        from airflow_provider_kappa.backfill.summary import summary
+        from airflow_provider_kappa.backfill.validate import pinned
 
         bf = self.load_backfill(context)
         plan = self.load_plan(self.plan, bf, self.task_id)

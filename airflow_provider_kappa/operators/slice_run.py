@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
 
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
-from airflow_provider_kappa.operators.lineage import KappaLineageMixin, Lineage, parent_job_conf, source_tables, staging_tables
+from airflow_provider_kappa.operators.lineage import (
+    KappaLineageMixin,
+    Lineage,
+    parent_job_conf,
+    source_tables,
+    staging_tables,
+)
 from airflow_provider_kappa.operators.links import KappaSparkLink, record_slice_links
 
 if TYPE_CHECKING:
@@ -72,7 +79,7 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_kappa.backfill.plan import SlicePlan
-        from airflow_provider_kappa.backfill.steps import run_slice, slice_ready
+        from airflow_provider_kappa.backfill.slices import run_slice, slice_ready
 
         bf = self.load_backfill(context)
         if not isinstance(self.slice_plan, Mapping):
@@ -104,7 +111,7 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
         and session (the query stops inside the server). A run not stopped here (the task's process
         SIGKILLed) gets a parent-death signal; and the next attempt takes a new epoch that refuses
         its commits either way."""
-        from airflow_provider_kappa.backfill.processes import stop_running
+        from airflow_provider_kappa.engine.processes import stop_running
 
         stopped = stop_running()
         self.log.info("on_kill: stopped %s", stopped or "nothing (no Spark run in progress)")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.operators import PERMANENT_INPUT, KappaBackfillBaseOperator, fail_fast
 from airflow_provider_kappa.operators.lineage import KappaLineageMixin, Lineage, source_tables
@@ -37,11 +38,11 @@ class KappaSnapshotOperator(KappaLineageMixin, KappaBackfillBaseOperator):
         self.spark_conn_id = spark_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.configuration import conf
+
         from airflow_provider_kappa.backfill.checks import check_inputs
         from airflow_provider_kappa.backfill.snapshot import snapshot
         from airflow_provider_kappa.timeparse import parse_duration
-
-        from airflow.configuration import conf
 
         bf = self.load_backfill(context)
         with fail_fast(f"{self.task_id}: inputs", PERMANENT_INPUT):

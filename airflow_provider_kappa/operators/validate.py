@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
 from airflow_provider_kappa.operators.links import KappaReportLink, record_report_link
@@ -33,15 +34,16 @@ class KappaValidateOperator(KappaBackfillBaseOperator):
         self.plan = plan
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa.backfill.finish import check_gate, validate
-        from airflow_provider_kappa.backfill.report import report_file
+        from airflow_provider_kappa.backfill.validate import check_gate, validate
+        from airflow_provider_kappa.report.report import write_report
 
         bf = self.load_backfill(context)
         plan = self.load_plan(self.plan, bf, self.task_id)
         with fail_fast(f"{self.task_id}: validate"):
             url = record_report_link(context, bf)  # config checked before the comparison
             reports = validate(bf, plan)
-            self.log.info("report: %s", url or report_file(bf.store()))
+            write_report(bf, plan, reports)  # before the gate: a refused backfill has its report too
+            self.log.info("report: %s", url or bf.store().report_file())
             for name, report in reports.items():
                 self.log.info("sink %s:\n%s", name, report.to_text())
             check_gate(bf, reports)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from airflow_provider_kappa.exceptions import KappaCatalogUnavailableError, KappaConfigError, KappaSourceError
 from airflow_provider_kappa.faults import transient_cause

@@ -1,7 +1,7 @@
 """The landing application of ``kappa land``: Kafka topics -> the Iceberg tables a backfill reads.
 
 Run by spark-submit like a job (``python <this file>``), from the ``spark.kappa.*`` conf that
-:func:`airflow_provider_kappa.backfill.landing.land_conf` writes: for every source named in
+:func:`airflow_provider_kappa.engine.landing.land_conf` writes: for every source named in
 ``spark.kappa.land.sources``, one streaming query reads its Kafka topics with Spark's Kafka source
 and appends through the ``kappa_iceberg`` sink (exactly once: one Iceberg append per micro-batch,
 stamped with the writer id and batch id, a replayed batch skipped) to the sink of the same name.

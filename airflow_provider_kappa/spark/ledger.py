@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from airflow_provider_kappa.exceptions import KappaSinkError, KappaSourceError
 from airflow_provider_kappa.spark.storage import filesystem, read_text, write_text

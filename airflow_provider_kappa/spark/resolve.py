@@ -27,7 +27,7 @@ from airflow_provider_kappa.timeparse import to_micros
 def settings_of(spark: SparkSession) -> RunSettings:
     """Decode this session's ``spark.kappa.*`` conf: a classic session's context conf (spark-submit's)
     under its runtime conf; a Spark Connect session (no ``sparkContext``) has only the runtime conf,
-    where the Connect runner (:mod:`airflow_provider_kappa.spark.connect_runner`) sets the keys."""
+    where the Connect runner (:mod:`airflow_provider_kappa.engine.connect_runner`) sets the keys."""
     runtime = {k: v for k, v in spark.conf.getAll.items() if k.startswith(PREFIX)}
     if is_connect(spark):
         return load_settings(runtime)

@@ -40,10 +40,10 @@ Keys (``<src>`` is the name the job passes to ``read_source``, ``<sink>`` to ``w
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable, Mapping
 
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.conf_keys import AVAILABLE_NOW as AVAILABLE_NOW
@@ -276,7 +276,7 @@ def read_catalogs_file(path: str) -> dict[str, dict[str, str]]:
 
     :param path: the file named by ``spark.kappa.catalogs.file``; where that path is not this machine's
         (a driver or executor on a cluster), the copy shipped with the application in ``spark.files``
-        (``SparkFiles``, :mod:`airflow_provider_kappa.backfill.submit_args`).
+        (``SparkFiles``, :mod:`airflow_provider_kappa.engine.submit_args`).
     """
     try:
         data = json.loads(_local_or_shipped(path).read_text())

@@ -8,7 +8,7 @@ interpreters importing pyspark (~0.5 s CPU each) and then, in their forked worke
 pyarrow (~1.2 s CPU for the writer and for the commit). Measured in benchmarks/README.md.
 
 How: a *zygote* (``python -m airflow_provider_kappa.spark.warm_daemon --serve SOCKET``), started once
-with the server (:class:`~airflow_provider_kappa.backfill.connect.LocalConnectServer`), imports
+with the server (:class:`~airflow_provider_kappa.engine.connect_server.LocalConnectServer`), imports
 pyspark's worker modules, pyarrow, pyiceberg and this package's source and sink once, then
 listens on a Unix socket. Spark starts this module as its daemon (``python -m ... <worker module>``):
 it imports nothing heavy, hands its stdin, stdout, stderr, environment, ``sys.path`` and working
@@ -34,7 +34,8 @@ import socket
 import struct
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 #: Environment variable naming the zygote's Unix socket (set on the server's environment).
 SOCKET_ENV = "KAPPA_WARM_DAEMON_SOCKET"

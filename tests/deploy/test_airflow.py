@@ -27,17 +27,17 @@ import secrets
 import shutil
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
 from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sessions_arrow, sorted_rows
-
 from servers import wait_until
 from servers.airflow_server import AirflowClient, AirflowDeployment, airflow_deployment, connection_env
-from servers.processes import ProcessWatch, listening_ports
 from servers.postgres import PostgresServer, postgres  # noqa: F401  (module-scoped cluster: the metadata DB)
+from servers.processes import ProcessWatch, listening_ports
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "airflow_provider_kappa" / "examples" / "playback_sessions"

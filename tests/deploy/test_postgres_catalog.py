@@ -25,12 +25,11 @@ from typing import Any
 
 import pytest
 from integration.test_faults import test_the_lock_check_and_set_is_atomic_under_a_forced_race  # noqa: F401
+from servers import free_port
+from servers.postgres import PostgresServer, postgres  # noqa: F401  (module-scoped cluster)
+from servers.processes import listening_ports  # /proc/net/tcp* of a server's process group
 from unit.test_namespace_race import test_concurrent_first_staging_tables_all_get_created  # noqa: F401
 from unit.test_snapshot_race import test_concurrent_tags_of_one_table_all_commit  # noqa: F401
-
-from servers import free_port
-from servers.processes import listening_ports  # /proc/net/tcp* of a server's process group
-from servers.postgres import PostgresServer, postgres  # noqa: F401  (module-scoped cluster)
 
 _databases = itertools.count()
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 import runpy
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
 from airflow_env import REPO, airflow_db  # noqa: F401  (fixture)
 from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident
-
 from servers.browser import headless_chromium
 
 DAG_FILE = REPO / "dags" / "playback_sessions_backfill.py"
@@ -88,9 +88,9 @@ def served_links(dag: Any, ti: Any) -> dict[str, str | None]:
 
 
 def test_extra_links_of_the_real_task_instances(backfill: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_provider_kappa.backfill.config import load_config
-    from airflow_provider_kappa.backfill.report import report_file
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.backfill import Backfill
+    from airflow_provider_kappa.job.config import load_config
+    from airflow_provider_kappa.report.report import report_file
 
     monkeypatch.setenv("KAPPA_LAKE", str(backfill["lake"]))  # the example config's ${KAPPA_LAKE}
     bf = Backfill.create(load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml"), RUN_CONF)

@@ -18,7 +18,6 @@ import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
 from airflow_env import write_job_config
 from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sessions_arrow, sorted_rows
-
 from servers.processes import listening_ports  # /proc/net/tcp* of a server's process group
 from servers.rest_catalog import RestCatalogServer, rest_catalog  # noqa: F401  (module-scoped server)
 
@@ -33,9 +32,9 @@ def test_a_backfill_through_a_rest_catalog_from_an_airflow_connection_is_exact(
     import pyarrow as pa
     from pyiceberg.catalog import load_catalog
 
-    from airflow_provider_kappa.backfill.catalogs import catalog_properties
-    from airflow_provider_kappa.backfill.config import load_config
     from airflow_provider_kappa.cli import main
+    from airflow_provider_kappa.job.catalogs import catalog_properties
+    from airflow_provider_kappa.job.config import load_config
 
     connection = {"conn_type": "iceberg", "host": rest_catalog.uri, "extra": {"warehouse": rest_catalog.warehouse.as_uri()}}
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))

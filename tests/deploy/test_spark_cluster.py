@@ -18,17 +18,17 @@ import json
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
 from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sessions_arrow, sorted_rows
-
-import airflow_provider_kappa
-
 from servers import ServerProcess, wait_until
 from servers.spark_cluster import SparkCluster, client_conf, packed_venv, spark_cluster
+
+import airflow_provider_kappa
 
 # One task per partition; each task sleeps so that a worker can be killed while tasks run.
 JOB = textwrap.dedent(
@@ -269,8 +269,8 @@ def python_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_launcher_ships_a_packed_venv_the_catalogs_and_keeps_defaults_env_and_event_log(
     cluster: SparkCluster, python_archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_provider_kappa.backfill.progress import event_log_conf
-    from airflow_provider_kappa.backfill.submit import submit
+    from airflow_provider_kappa.engine.progress import event_log_conf
+    from airflow_provider_kappa.engine.submit import submit
 
     secret = f"kappa-planted-{time.time_ns()}"
     private = tmp_path / "private"

@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
-from airflow_provider_kappa.backfill.params import BY_NAME, PARAMS
 from servers.airflow_server import AirflowClient, AirflowDeployment, airflow_deployment
 from servers.browser import Chromium, Page, headless_chromium, login_airflow
+
+from airflow_provider_kappa.backfill.params import BY_NAME, PARAMS
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "kappa_backfill_rmi"
@@ -98,7 +99,7 @@ def test_trigger_form_screenshot_shows_every_param(browser: Chromium, airflow: A
         # Every label is drawn inside the viewport, so the screenshot shows it.
         width, height = page.viewport()
         boxes = page.text_boxes(params, within=FORM)
-        off = {p: box for p, box in boxes.items() if box is None or not (0 <= box[0] and box[1] <= height and box[3] <= width)}
+        off = {p: box for p, box in boxes.items() if box is None or not (box[0] >= 0 and box[1] <= height and box[3] <= width)}
         assert not off, f"labels not visible in a {width}x{height} screenshot: {off}"
         shot = page.screenshot(tmp_path / f"trigger-form-{section}.png", full_page=False)
         assert png_size(shot) == WINDOW

@@ -12,8 +12,9 @@ function that fails the test if it is ever reached (the process boundary).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
@@ -102,7 +103,7 @@ def no_spark_submit(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError(f"spark-submit was reached with bad input: {args[:1]}")
 
-    monkeypatch.setattr("airflow_provider_kappa.backfill.submit.submit", refuse)
+    monkeypatch.setattr("airflow_provider_kappa.engine.submit.submit", refuse)
 
 
 @pytest.mark.parametrize(("edit", "lake_change", "argv", "reason"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

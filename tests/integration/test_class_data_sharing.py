@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kappa.backfill import class_data_sharing as cds
-from airflow_provider_kappa.backfill.submit import submit
+from airflow_provider_kappa.engine import class_data_sharing as cds
+from airflow_provider_kappa.engine.submit import submit
 
 
 @pytest.fixture()

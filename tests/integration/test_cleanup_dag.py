@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
-import pytest
 import yaml
 from airflow_env import airflow_db, write_job_config  # noqa: F401  (fixture)
 from lake import INCIDENT_END, INCIDENT_START, T0, seed_sessions_incident, sessions_arrow, sorted_rows
 
-from airflow_provider_kappa.backfill.checkpoints import backfill_root
+from airflow_provider_kappa.backfill.backfill import tag_name
 from airflow_provider_kappa.backfill.lock import take_lock
-from airflow_provider_kappa.backfill.steps import tag_name
+from airflow_provider_kappa.job.checkpoints import backfill_root
 from airflow_provider_kappa.spark.staging import ensure_staging_table, staging_backfills, staging_table_name
 
 TARGET, SOURCE = "prod.playback_sessions", "raw.playbacks"
@@ -25,8 +24,9 @@ TARGET, SOURCE = "prod.playback_sessions", "raw.playbacks"
 def test_the_dag_cleans_up_after_publishing_and_the_target_keeps_its_files(
     tmp_path: Path, catalog_props: dict[str, str], catalog: Any, airflow_db: None, connect_server: Any  # noqa: F811
 ) -> None:
-    import pyarrow as pa
     from datetime import timedelta
+
+    import pyarrow as pa
 
     from airflow_provider_kappa.dag import kappa_backfill_dag
 

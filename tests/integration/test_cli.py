@@ -9,7 +9,16 @@ from typing import Any
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
 from airflow_env import write_job_config
-from lake import INCIDENT_END, INCIDENT_START, T0, append_events, create_events_table, event, seed_sessions_incident, sorted_rows
+from lake import (
+    INCIDENT_END,
+    INCIDENT_START,
+    T0,
+    append_events,
+    create_events_table,
+    event,
+    seed_sessions_incident,
+    sorted_rows,
+)
 
 from airflow_provider_kappa.cli import main
 

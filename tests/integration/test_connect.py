@@ -20,7 +20,7 @@ from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sorted_ro
 
 from airflow_provider_kappa.cli import main
 
-RUNNER = "airflow_provider_kappa.spark.connect_runner"
+RUNNER = "airflow_provider_kappa.engine.connect_runner"
 WINDOW = ["--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()]
 OPTIONS = ["--slice", "2h", "--warmup", "30min", "--tail", "45min", "--min-match", "50"]
 
@@ -56,7 +56,7 @@ def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact
     import pyarrow as pa
     from lake import sessions_arrow
 
-    from airflow_provider_kappa.backfill.connect import read_state
+    from airflow_provider_kappa.engine.connect_server import read_state
 
     expected = seed_sessions_incident(catalog)
     config = write_job_config(tmp_path, catalog_props, engine="connect", extra_catalog_props={"s3.secret-access-key": PLANTED_SECRET})
@@ -104,8 +104,8 @@ def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact
 
 def test_a_task_finds_the_owned_server_and_restarts_it_when_gone(tmp_path: Path, catalog_props: dict[str, str]) -> None:
     """What an Airflow slice task does with the backfill's state file (``steps.connect_state_file``)."""
-    from airflow_provider_kappa.backfill.config import load_config
-    from airflow_provider_kappa.backfill.connect import ServerState, ensure_server, read_state, stop_owned
+    from airflow_provider_kappa.engine.connect_server import ServerState, ensure_server, read_state, stop_owned
+    from airflow_provider_kappa.job.config import load_config
 
     cfg = load_config(write_job_config(tmp_path, catalog_props, engine="connect"))
     state_file = tmp_path / "connect" / "server.json"

@@ -152,8 +152,8 @@ def test_serialized_params_are_what_the_api_server_and_form_use(lake: Path) -> N
     from airflow.exceptions import ParamValidationError
     from airflow.serialization.serialized_objects import DagSerialization
 
-    from airflow_provider_kappa.backfill.config import load_config
     from airflow_provider_kappa.backfill.params import param_schemas
+    from airflow_provider_kappa.job.config import load_config
 
     served = DagSerialization.from_dict(DagSerialization.to_dict(load_dag())).params
     schemas = param_schemas(load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml"))
@@ -214,11 +214,11 @@ def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_ass
 
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
+    from lake import T0
     from sqlalchemy import select
 
-    from airflow_provider_kappa.backfill.config import load_config
-    from airflow_provider_kappa.backfill.steps import Backfill
-    from lake import T0
+    from airflow_provider_kappa.backfill.backfill import Backfill
+    from airflow_provider_kappa.job.config import load_config
 
     expected = seed_sessions_incident(catalog)
     dag = load_dag(REPO / "dags" / "playback_sessions_repair.py")

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_kappa.demo.processes import StoryProcess, copy_sqlite, decode_json, encode_json, run_stories
+from airflow_provider_kappa.demo.report import HourCount, SliceStat
 from airflow_provider_kappa.demo.story import (
     WARMUP,
     DemoOptions,
@@ -28,8 +30,6 @@ from airflow_provider_kappa.demo.story import (
     run_demo,
 )
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
-from airflow_provider_kappa.demo.report import HourCount, SliceStat
-from airflow_provider_kappa.demo.processes import StoryProcess, copy_sqlite, decode_json, encode_json, run_stories
 
 JOBS = ("rmi", "playback_sessions")
 MODES = ("sequential", "parallel")

@@ -36,14 +36,27 @@ from typing import Any
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
 from airflow_env import write_job_config
-from lake import INCIDENT_END, INCIDENT_START, T0, append_events, event, seed_sessions_incident, sessions_arrow, sorted_rows
+from lake import (
+    INCIDENT_END,
+    INCIDENT_START,
+    T0,
+    append_events,
+    event,
+    seed_sessions_incident,
+    sessions_arrow,
+    sorted_rows,
+)
 
-from airflow_provider_kappa.backfill import finish, snapshot, steps
 from airflow_provider_kappa.backfill import lock as locks
-from airflow_provider_kappa.backfill.steps import Backfill
-from airflow_provider_kappa.backfill.config import load_config
-from airflow_provider_kappa.exceptions import KappaConcurrencyError
+from airflow_provider_kappa.backfill import plan as planning
+from airflow_provider_kappa.backfill import publish as publishing
+from airflow_provider_kappa.backfill import slices as slice_steps
+from airflow_provider_kappa.backfill import snapshot
+from airflow_provider_kappa.backfill import validate as validation
+from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.lock import LOCK_PREFIX, lock_property, read_locks, take_lock
+from airflow_provider_kappa.exceptions import KappaConcurrencyError
+from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.spark.source import file_list
 from airflow_provider_kappa.timeparse import to_micros
 
@@ -112,7 +125,7 @@ def clean(lake: dict[str, Any], connect_server: Any) -> dict[str, Any]:
     catalog = lake["catalog"]
     bf = Backfill.create(load_config(lake["config"]), PARAMS)
     pinned = {"backfill-playbacks": catalog.load_table(SOURCE).metadata.refs[bf.tag].snapshot_id}
-    plan = steps.plan(bf, pinned)
+    plan = planning.plan(bf, pinned)
     assert [s.slice_id for s in plan.slices] == ["s0000", "s0001"]
     target = sorted_rows(catalog.load_table(TARGET))
     # the clean run itself is right: it equals an independent oracle of the sessionizer
@@ -238,6 +251,7 @@ class DriverKiller:
 def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     """The same backfill rerun (every slice of it completed in ``clean``) under faults."""
     import psutil
+
     import airflow_provider_kappa.backfill.publish as publish_module
 
     catalog, props = lake["catalog"], lake["props"]
@@ -251,7 +265,7 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     pinned = snapshot.snapshot(bf)
     out["pinned"] = pinned
     out["locks_during"] = lock_keys(catalog)
-    plan = steps.plan(bf, pinned)
+    plan = planning.plan(bf, pinned)
     s0, s1 = plan.slices
 
     # ingestion goes on: before the first slice ...
@@ -260,7 +274,7 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     before = {c.pid for c in psutil.Process().children()}
     began = time.monotonic()
     with Repeatedly(appender.append, 3.0, start_when=lambda: bool(spark_children(before)), max_calls=3) as during:
-        out["s0000"] = steps.run_slice(bf, s0)
+        out["s0000"] = slice_steps.run_slice(bf, s0)
     out["durations"]["s0000 rerun, source appends meanwhile"] = time.monotonic() - began
     out["appends_during_slice"] = during.calls
     out["staged_s0000"] = staged_rows(catalog, bf, "s0000")
@@ -282,7 +296,7 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     killer.thread.start()
     began = time.monotonic()
     with pytest.raises(Exception) as killed:
-        steps.run_slice(bf, s1)
+        slice_steps.run_slice(bf, s1)
     out["durations"]["s0001 killed"] = time.monotonic() - began
     killer.thread.join(timeout=60)
     assert killer.error is None, killer.error
@@ -298,13 +312,13 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     out["alive_after_kill"] = [pid for pid in killer.killed if alive(pid)]
     # ... then the slice retried, as Airflow's retry does
     began = time.monotonic()
-    out["s0001"] = steps.run_slice(bf, s1)
+    out["s0001"] = slice_steps.run_slice(bf, s1)
     out["durations"]["s0001 retry"] = time.monotonic() - began
     out["staged_s0001"] = staged_rows(catalog, bf, "s0001")
 
     # validate, then publish while the live job appends to the target
-    reports = finish.validate(bf, plan)
-    finish.check_gate(bf, reports)
+    reports = validation.validate(bf, plan)
+    validation.check_gate(bf, reports)
     live_rows: list[dict[str, Any]] = []
     numbers = itertools.count()
     numbering = threading.Lock()
@@ -331,7 +345,7 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
     began = time.monotonic()
     with pytest.MonkeyPatch.context() as mp, Repeatedly(live_append, 0.2):
         mp.setattr(publish_module, "staged_files", staged_files_after_a_live_commit)
-        out["published"] = finish.publish(bf, plan)["sessions"]
+        out["published"] = publishing.publish(bf, plan)["sessions"]
     out["durations"]["validate + publish with a live writer"] = time.monotonic() - began
     live_append()  # and the live job goes on after publish
     out["live_rows"] = live_rows
@@ -471,7 +485,7 @@ def test_two_overlapping_backfills_started_together_one_is_refused_and_writes_no
     # and it cannot publish either: never interleaved
     current = {"backfill-playbacks": catalog.load_table(SOURCE).current_snapshot().snapshot_id}
     with pytest.raises(KappaConcurrencyError, match=f"locked by running backfill {winner.id}"):
-        finish.publish(loser, steps.plan(loser, current))
+        publishing.publish(loser, planning.plan(loser, current))
     assert sorted_rows(catalog.load_table(TARGET)) == before
     # a backfill of a window that overlaps neither proceeds meanwhile
     disjoint = Backfill.create(cfg, {**PARAMS, "start": at(4).isoformat(), "end": at(5).isoformat(), "slice": "1h", "tail": "15min"})
@@ -482,7 +496,7 @@ def test_two_overlapping_backfills_started_together_one_is_refused_and_writes_no
         release_with_hint(catalog, b)
         snapshot.snapshot(a)  # now a takes the lock: serialised after b, never interleaved
     # a runs to completion; its staged rows are the clean run's (the Spark part is tested above)
-    wplan = steps.plan(a, snapshot.snapshot(a))  # a rerun re-takes its own lock
+    wplan = planning.plan(a, snapshot.snapshot(a))  # a rerun re-takes its own lock
     sink = a.cfg.sinks["sessions"]
     cols = sessions_arrow().names
     for i, sp in enumerate(wplan.slices):
@@ -490,7 +504,7 @@ def test_two_overlapping_backfills_started_together_one_is_refused_and_writes_no
         if i == 0:
             rows = [dict(zip(cols, r)) for slice_rows in clean["staged"].values() for r in slice_rows]
             table.append(pa.Table.from_pylist(rows, schema=sessions_arrow()))
-    finish.publish(a, wplan)
+    publishing.publish(a, wplan)
     assert lock_keys(catalog) == []
     if winner is a:  # b may go now, serialised after a; then it is abandoned and released
         snapshot.snapshot(b)
@@ -518,8 +532,9 @@ def test_the_lock_check_and_set_is_atomic_under_a_forced_race(catalog: Any, monk
     ``second`` commits on top of it. The catalog returns to ``second`` the state it committed,
     holding ``first``'s lock: ``second`` withdraws and is refused. (Without that check after the
     commit both would hold overlapping locks.) Then the same with commits racing freely."""
-    import airflow_provider_kappa.backfill.lock as lock_module
     from lake import create_sessions_table
+
+    import airflow_provider_kappa.backfill.lock as lock_module
 
     create_sessions_table(catalog, TARGET)
     real = lock_module.read_locks
@@ -608,7 +623,7 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     append_events(raw, [event(100 + i, at(2, 5 * i)) for i in range(12)])  # 02:00 .. 02:55: nothing in 01:xx
     create_sessions_table(catalog, TARGET)
     bf = Backfill.create(load_config(write_job_config(tmp_path, catalog_props)), {**PARAMS, "slice": "1h", "max_misalignment_threshold": "15min"})
-    plan = steps.plan(bf, snapshot.snapshot(bf))
+    plan = planning.plan(bf, snapshot.snapshot(bf))
     assert [(s.slice_id, s.files) for s in plan.slices] == [("s0000", 1), ("s0001", 0), ("s0002", 1), ("s0003", 0)]
     runs: list[dict[str, Any]] = []
 
@@ -623,7 +638,7 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     def no_spark(*_: Any, **__: Any) -> None:
         raise AssertionError("spark-submit was called for a slice without source data")
 
-    steps.run_slice(bf, plan.slices[0], submit_fn=spark_stand_in)
+    slice_steps.run_slice(bf, plan.slices[0], submit_fn=spark_stand_in)
     # the launcher handed the slice's reader its scan plan: the pinned snapshot, the files of its read range
     first = runs[0]["plan"]
     assert (first.table, [first.snapshot_id]) == (SOURCE, list(plan.slices[0].snapshot_ids.values()))
@@ -631,7 +646,7 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     assert len(first.spans) == plan.slices[0].files == 1
     began = time.monotonic()
     with caplog.at_level(logging.INFO, logger="airflow_provider_kappa.backfill.steps"):
-        skipped = steps.run_slice(bf, plan.slices[1], submit_fn=no_spark)
+        skipped = slice_steps.run_slice(bf, plan.slices[1], submit_fn=no_spark)
     assert time.monotonic() - began < 10
     assert skipped["skipped"] is True and skipped["rows_read"] == 0 and skipped["batches"] == 0
     assert "slice s0001 (2/4, sequential): skipped, no source has data in its read range" in caplog.text
@@ -639,13 +654,13 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     assert store.done("s0001") == skipped
     # an empty slice creates no staging table (validate and publish count it as zero rows)
     assert not catalog.table_exists(bf.staging_table(bf.cfg.sinks["sessions"], "s0001"))
-    assert bf.staging_table(bf.cfg.sinks["sessions"], "s0001") not in bf.staging_tables(bf.cfg.sinks["sessions"], plan)
+    assert bf.staging_table(bf.cfg.sinks["sessions"], "s0001") not in planning.staging_tables(bf, bf.cfg.sinks["sessions"], plan)
     # the next slice starts from the checkpoint the slice before the empty one left
-    assert steps.slice_ready(bf, plan.slices[2])
-    steps.run_slice(bf, plan.slices[2], submit_fn=spark_stand_in)
+    assert slice_steps.slice_ready(bf, plan.slices[2])
+    slice_steps.run_slice(bf, plan.slices[2], submit_fn=spark_stand_in)
     assert runs[1]["found"] == ["0"]  # what the run of s0000 left, carried over the skipped s0001
     assert (Path(store.attempt("s0002", store.current_epoch("s0002") or "")) / "offsets" / "0").read_text() == "after run 1"
-    steps.run_slice(bf, plan.slices[3], submit_fn=no_spark)  # the empty last slice
+    slice_steps.run_slice(bf, plan.slices[3], submit_fn=no_spark)  # the empty last slice
     assert all(store.done(s.slice_id) is not None for s in plan.slices)
 
 

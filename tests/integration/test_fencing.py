@@ -23,19 +23,22 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
 from airflow_env import REPO, airflow_db, write_job_config  # noqa: F401  (fixture)
 from lake import T0, seed_sessions_incident, sessions_arrow, sorted_rows
 
-from airflow_provider_kappa.backfill import snapshot, steps
-from airflow_provider_kappa.backfill.config import load_config
-from airflow_provider_kappa.backfill.steps import Backfill
+from airflow_provider_kappa.backfill import plan as planning
+from airflow_provider_kappa.backfill import slices as slice_steps
+from airflow_provider_kappa.backfill import snapshot
+from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.exceptions import KappaSupersededError
+from airflow_provider_kappa.job.config import load_config
 
 TARGET = "prod.playback_sessions"
 #: one slice over the whole read range [00:00, 02:00), two micro-batches (ingestion before and after
@@ -197,7 +200,7 @@ def test_a_retry_fences_out_the_old_run_still_running_its_micro_batch(held: dict
     hold = held["hold"]
     (hold / "hold-early").rename(hold / "hold-commit")  # attempt 1 is held in its first commit
     bf = Backfill.create(load_config(held["config"]), PARAMS)
-    (sp,) = steps.plan(bf, snapshot.snapshot(bf)).slices
+    (sp,) = planning.plan(bf, snapshot.snapshot(bf)).slices
     store = bf.store()
     staging = bf.staging_table(bf.cfg.sinks["sessions"], sp.slice_id)
     old: dict[str, Any] = {}
@@ -205,7 +208,7 @@ def test_a_retry_fences_out_the_old_run_still_running_its_micro_batch(held: dict
 
     def attempt(out: dict[str, Any]) -> None:
         try:
-            out["result"] = steps.run_slice(bf, sp)
+            out["result"] = slice_steps.run_slice(bf, sp)
         except BaseException as e:  # noqa: BLE001  (asserted below)
             out["error"] = e
 
@@ -251,7 +254,7 @@ def test_kappa_backfill_sigkilled_leaves_no_spark_process_and_no_catalogs_file(h
     """``kappa backfill`` SIGKILLed while its slice's micro-batch runs: the spark-submit, driver and
     Python workers under it end by themselves (parent-death signal), and its private folder with
     the catalogs file is removed by the next run on the machine."""
-    from airflow_provider_kappa.backfill.processes import private_folder
+    from airflow_provider_kappa.engine.processes import private_folder
 
     env = {**os.environ, "TMPDIR": str(held["folder"] / "tmp")}
     (held["folder"] / "tmp").mkdir()
@@ -282,9 +285,9 @@ def test_an_airflow_slice_task_killed_stops_its_spark_submit(held: dict[str, Any
     """SIGTERM to the task's process while its slice's micro-batch runs (what the supervisor sends a
     task marked failed, cleared or timed out): the task runner calls ``on_kill``, which stops the
     slice's spark-submit and every process under it; the task fails."""
-    from airflow_provider_kappa.dag import kappa_backfill_dag
-
     import psutil
+
+    from airflow_provider_kappa.dag import kappa_backfill_dag
 
     dag = kappa_backfill_dag(str(held["config"]), dag_id="kappa_backfill_playback_sessions", slice_retries=0)
     before = {p.pid for p in psutil.Process().children()}
@@ -336,20 +339,20 @@ def test_on_kill_of_a_connect_slice_stops_its_query_inside_the_server(
     would leave it running. The slice operator's ``on_kill`` (called while the run is live, as the
     task runner calls it) ends the runner and its session: the session is closed on the server (its
     queries stopped), the held micro-batch never commits, and the launcher fails."""
-    from airflow_provider_kappa.backfill.connect import with_session_id
+    from airflow_provider_kappa.engine.connect import with_session_id
     from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator
 
     (held["folder"] / "connect").mkdir()
     path = write_job_config(held["folder"] / "connect", catalog_props, engine="connect", connect_url=connect_server.url)
     path.write_text(path.read_text().replace(str(EXAMPLE_APP), str(held["folder"] / "held_app.py")))
     bf = Backfill.create(load_config(path), PARAMS)
-    (sp,) = steps.plan(bf, snapshot.snapshot(bf)).slices
+    (sp,) = planning.plan(bf, snapshot.snapshot(bf)).slices
     store = bf.store()
     run: dict[str, Any] = {}
 
     def attempt() -> None:
         try:
-            run["result"] = steps.run_slice(bf, sp, connect_url=connect_server.url)
+            run["result"] = slice_steps.run_slice(bf, sp, connect_url=connect_server.url)
         except BaseException as e:  # noqa: BLE001  (asserted below)
             run["error"] = e
 
@@ -372,7 +375,7 @@ def test_on_kill_of_a_connect_slice_stops_its_query_inside_the_server(
     spark = SparkSession.builder.remote(with_session_id(connect_server.url, session["session_id"])).create()
     try:
         with pytest.raises(Exception, match="SESSION_CLOSED"):
-            spark.streams.active
+            _ = spark.streams.active
     finally:
         spark.stop()
         for key, value in saved.items():

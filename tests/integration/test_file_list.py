@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lake import create_events_table
 from test_source import HOUR, MIN, T0_US, add, load, reader_options, run_query
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
@@ -20,7 +21,6 @@ from airflow_provider_kappa.spark.source.file_index import DeleteRef, FileSpan, 
 from airflow_provider_kappa.spark.source.manifests import file_spans
 from airflow_provider_kappa.spark.source.reader import KappaIcebergStreamReader
 from airflow_provider_kappa.spark.source.tables import table_spark_schema
-from lake import create_events_table
 
 
 @pytest.fixture()

@@ -21,9 +21,10 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from servers.kafka import create_topic, produce, write_kafka_job_config
 
@@ -213,7 +214,7 @@ def staged(catalog: Any, exclude: set[str]) -> tuple[set[str], Counter[tuple[Any
 def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
     kafka_broker: Any, tmp_path: Path, catalog_props: dict[str, str], catalog: Any, capsys: Any, connect_server: Any
 ) -> None:
-    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.job.config import load_config
     from airflow_provider_kappa.spark.ledger import Ledger
 
     bootstrap = kafka_broker.bootstrap_servers
@@ -239,7 +240,7 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
             acks += produce(bootstrap, topic, burst(count, n, late=late))
             n += count + late
             if wait:
-                wait_for(f"live reading {n} events", lambda: caught_up(checkpoint, acks), live)
+                wait_for(f"live reading {n} events", lambda acks=acks: caught_up(checkpoint, acks), live)
         # an event far ahead closes every window above (its own stays open, live and backfill alike). The
         # rows it closes are emitted by the batch reading it and the no-data batch after it; a slice
         # replays the live batches live *started* in its range, so both must start before the window's

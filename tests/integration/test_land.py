@@ -47,7 +47,7 @@ def check(rows: list[dict[str, Any]], sent: list[tuple[int, datetime, dict[str, 
     assert len(rows) == len(sent), (len(rows), len(sent))
     by_id = {r["event_id"]: r for r in rows}
     assert len(by_id) == len(rows), "an event landed twice"
-    for (partition, ts, value), (ack_partition, offset, _) in zip(sent, acks):
+    for (_partition, ts, value), (ack_partition, offset, _) in zip(sent, acks):
         row = by_id[value["event_id"]]
         assert row["ingestion_ts"] == ts, (row, ts)  # the Kafka record timestamp
         assert (row["kafka_topic"], row["kafka_partition"], row["kafka_offset"]) == (row["kafka_topic"], ack_partition, offset)

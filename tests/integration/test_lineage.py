@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
-from airflow_env import PLANTED_SECRET, REPO, airflow_db, write_job_config  # noqa: F401  (fixture)
 import pyarrow as pa
+from airflow_env import PLANTED_SECRET, REPO, airflow_db, write_job_config  # noqa: F401  (fixture)
 from lake import T0, append_events, create_events_table, create_sessions_table, event, sessions_arrow
 
 SOURCE, TARGET = "raw.playbacks", "prod.playback_sessions"

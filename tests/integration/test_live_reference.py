@@ -26,7 +26,7 @@ import pandas as pd
 
 from airflow_provider_kappa.demo.lakegen import LakeSpec, generate_lake, landed_events, local_catalog
 from airflow_provider_kappa.demo.live_reference import reference_conf, run_live_reference
-from airflow_provider_kappa.backfill.progress import event_log_conf, read_progress
+from airflow_provider_kappa.engine.progress import event_log_conf, read_progress
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "airflow_provider_kappa" / "examples"
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -55,8 +55,8 @@ def keyed(df: pd.DataFrame) -> set[tuple[Any, ...]]:
 
 
 def test_reference_conf_reads_every_source_by_tail_one_landing_per_batch(lake_dir: Path) -> None:
-    from airflow_provider_kappa.backfill.config import load_config
     from airflow_provider_kappa.demo.live_reference import lake_env
+    from airflow_provider_kappa.job.config import load_config
 
     with lake_env(lake_dir):
         cfg = load_config(EXAMPLES / "rmi" / "kappa.yaml")

@@ -13,19 +13,29 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from airflow_env import write_job_config
-from lake import T0, append_events, create_events_table, create_sessions_table, event, expected_sessions, sessions_arrow, sorted_rows
+from lake import (
+    T0,
+    append_events,
+    create_events_table,
+    create_sessions_table,
+    event,
+    expected_sessions,
+    sessions_arrow,
+    sorted_rows,
+)
 
-from airflow_provider_kappa.backfill.config import load_config
-from airflow_provider_kappa.backfill.lock import read_locks
-from airflow_provider_kappa.backfill.steps import Backfill, release_command
+from airflow_provider_kappa.backfill.backfill import Backfill
+from airflow_provider_kappa.backfill.lock import read_locks, release_command
 from airflow_provider_kappa.cli import main
+from airflow_provider_kappa.job.config import load_config
 
 SOURCE = "raw.playbacks"
 TARGET = "prod.playback_sessions"

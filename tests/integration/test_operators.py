@@ -19,18 +19,23 @@ from typing import Any
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
 import yaml
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowRescheduleException,
+    AirflowSkipException,
+)
+from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_env import PLANTED_SECRET, write_job_config
 from lake import T0, append_events, create_events_table, create_sessions_table, event, sessions_arrow, sorted_rows
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowRescheduleException, AirflowSkipException
+from airflow_provider_kappa.engine.progress import PROGRESS_EVENT
 from airflow_provider_kappa.operators.plan import KappaModeBranchOperator, KappaPlanOperator
-from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_provider_kappa.operators.publish import KappaPublishOperator, target_asset
 from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator
 from airflow_provider_kappa.operators.snapshot import KappaSnapshotOperator
 from airflow_provider_kappa.operators.validate import KappaValidateOperator
-from airflow_provider_kappa.backfill.progress import PROGRESS_EVENT
 
 TARGET = "prod.playback_sessions"
 
@@ -251,7 +256,7 @@ def slice_op(job: Path, sp: dict[str, Any]) -> KappaSliceRunOperator:
 
 
 def test_sequential_slices_share_a_checkpoint_kept_at_each_boundary(job: Path, catalog: Any, fake_spark: FakeSparkSubmit) -> None:
-    from airflow_provider_kappa.backfill.checkpoints import CheckpointStore
+    from airflow_provider_kappa.job.checkpoints import CheckpointStore
 
     slices = planned(job)
     bid = slices[0]["backfill_id"]
@@ -400,7 +405,7 @@ def test_template_fields_render(job: Path) -> None:
 
 def test_progress_is_summed_from_spark_event_log_records(tmp_path: Path) -> None:
     """Records as Spark 4 writes them to the event log (trimmed from a real slice run)."""
-    from airflow_provider_kappa.backfill.progress import read_progress, summarize
+    from airflow_provider_kappa.engine.progress import read_progress, summarize
 
     def record(batch: int, rows: int, out: int, watermark: str, ms: int) -> dict[str, Any]:
         return {

@@ -13,18 +13,19 @@ import sys
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
+from lake import T0, append_events, create_events_table, event
 from test_source import HOUR, MIN, T0_US, load, reader_options, run_query
 
 from airflow_provider_kappa.spark.source import file_list
 from airflow_provider_kappa.spark.source.read import read_parquet_direct
 from airflow_provider_kappa.spark.source.reader import KappaIcebergStreamReader
 from airflow_provider_kappa.spark.source.tables import table_spark_schema
-from lake import T0, append_events, create_events_table, event
 
 BUCKET = "kappa"
 

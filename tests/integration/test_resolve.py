@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from airflow_provider_kappa.backfill.config import load_config
+from airflow_provider_kappa.engine.launch import SliceRun, live_conf, slice_conf
 from airflow_provider_kappa.exceptions import KappaConfigError
-from airflow_provider_kappa.backfill.launch import SliceRun, live_conf, slice_conf
+from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.spark.resolve import (
     iceberg_source_options,
     kafka_source_options,

@@ -7,16 +7,17 @@ Input: Parquet files read by Spark's file stream source, one file per micro-batc
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 from lake import T0, create_summary_table, sorted_rows, summary_row, summary_table
 
-from airflow_provider_kappa.exceptions import KappaSinkError
 from airflow_provider_kappa.backfill.publish import publish_window
+from airflow_provider_kappa.exceptions import KappaSinkError
 from airflow_provider_kappa.spark.datasource import SHORT_NAME, KappaIcebergDataSource
 from airflow_provider_kappa.spark.sink import KappaCommitMessage, KappaIcebergStreamWriter
 from airflow_provider_kappa.spark.staging import clear_slice, ensure_staging_table, staging_table_name, staging_tables

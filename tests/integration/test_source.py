@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import pickle
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from lake import T0, append_events, create_events_table, event

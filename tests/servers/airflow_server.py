@@ -24,10 +24,11 @@ import json
 import secrets
 import subprocess
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import httpx
 
@@ -113,7 +114,7 @@ class AirflowDeployment:
         settings.update(self.extra_env)
         return venv_env(settings)
 
-    def start(self, timeout: float = 180.0) -> "AirflowDeployment":
+    def start(self, timeout: float = 180.0) -> AirflowDeployment:
         """Migrate the DB, start the three components and wait until all report healthy.
 
         :param timeout: seconds allowed for the whole start.
@@ -172,7 +173,7 @@ class AirflowDeployment:
         """Log tails of every component (for assertion messages)."""
         return "\n".join(s.describe() for s in self.servers)
 
-    def client(self) -> "AirflowClient":
+    def client(self) -> AirflowClient:
         """A REST client logged in as the admin user."""
         return AirflowClient(self.base_url, ADMIN_USER, self.password, deployment=self)
 

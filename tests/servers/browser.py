@@ -21,9 +21,10 @@ import itertools
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
 
@@ -69,7 +70,7 @@ class CdpSession:
 
     _ids = itertools.count(1)
 
-    def __init__(self, ws: ClientConnection, session_id: str | None, browser: "Chromium") -> None:
+    def __init__(self, ws: ClientConnection, session_id: str | None, browser: Chromium) -> None:
         self.ws = ws
         self.session_id = session_id
         self.browser = browser
@@ -138,7 +139,7 @@ class Page:
         reply = self.cdp.send("Page.navigate", {"url": url}, timeout=timeout)
         if reply.get("errorText"):
             raise DeploymentError(f"navigation to {url} failed: {reply['errorText']}")
-        self.wait_for(f"document.readyState === 'complete' && location.href !== 'about:blank'", timeout=timeout, what=f"{url} to load")
+        self.wait_for("document.readyState === 'complete' && location.href !== 'about:blank'", timeout=timeout, what=f"{url} to load")
 
     def wait_for(self, predicate_js: str, *, timeout: float = 60.0, what: str) -> Any:
         """Poll a JavaScript predicate until it is truthy; return its value.
@@ -310,7 +311,7 @@ class Chromium:
         self.ws: ClientConnection | None = None
         self._stack = ExitStack()
 
-    def start(self, timeout: float = 60.0) -> "Chromium":
+    def start(self, timeout: float = 60.0) -> Chromium:
         """Launch Chromium and connect to its DevTools endpoint.
 
         :param timeout: seconds allowed for the endpoint to appear.

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class ProcessWatch:
     _thread: threading.Thread | None = None
     _error: BaseException | None = None
 
-    def __enter__(self) -> "ProcessWatch":
+    def __enter__(self) -> ProcessWatch:
         self._thread = threading.Thread(target=self._run, name="process-watch", daemon=True)
         self._thread.start()
         return self

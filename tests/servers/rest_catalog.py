@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -69,7 +70,7 @@ def start_rest_catalog(work: Path, timeout: float = 90.0) -> RestCatalogServer:
     :param timeout: seconds allowed until ``/v1/config`` answers.
     :raises DeploymentError: the server died or did not answer in time (with its log tail).
     """
-    from airflow_provider_kappa.backfill.jvm import artifact_jars
+    from airflow_provider_kappa.engine.jvm import artifact_jars
 
     classpath = ":".join(str(j) for j in artifact_jars("rest-catalog"))
     warehouse = work / "warehouse"

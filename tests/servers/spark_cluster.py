@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import httpx
 
@@ -111,7 +112,7 @@ class SparkCluster:
         settings.update(extra or {})
         return venv_env(settings)
 
-    def start(self, timeout: float = 120.0) -> "SparkCluster":
+    def start(self, timeout: float = 120.0) -> SparkCluster:
         """Start the master, then the workers; wait until every worker is registered ALIVE.
 
         :param timeout: seconds allowed for the whole start.

@@ -6,9 +6,10 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from servers import ServerProcess, wait_until
 

@@ -12,17 +12,26 @@ from typing import Any
 import airflow_env  # noqa: F401  (a private AIRFLOW_HOME before Airflow is imported)
 import pytest
 import yaml
-from lake import T0, append_events, create_events_table, create_summary_table, event, sorted_rows, summary_row, summary_table
+from lake import (
+    T0,
+    append_events,
+    create_events_table,
+    create_summary_table,
+    event,
+    sorted_rows,
+    summary_row,
+    summary_table,
+)
 from pyiceberg.catalog import load_catalog
 
-from airflow_provider_kappa.backfill.checkpoints import backfill_root
+from airflow_provider_kappa.backfill.backfill import tag_name
 from airflow_provider_kappa.backfill.cleanup import cleanup, find_leftovers, remove, remove_tag
-from airflow_provider_kappa.backfill.config import load_config
 from airflow_provider_kappa.backfill.lock import release_lock, take_lock
 from airflow_provider_kappa.backfill.publish import publish_window
-from airflow_provider_kappa.backfill.steps import tag_name
 from airflow_provider_kappa.cli import main
 from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.job.checkpoints import backfill_root
+from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.spark.staging import ensure_staging_table, staging_backfills, staging_table_name
 
 SOURCE, TARGET = "raw.playbacks", "prod.summary"
@@ -237,9 +246,12 @@ def test_kappa_cleanup_prints_what_it_removes_and_refuses_bad_input(
 
 
 def test_an_empty_slice_creates_no_staging_table_and_validate_and_publish_count_it_as_zero_rows(catalog: Any, lake: Path) -> None:
-    from airflow_provider_kappa.backfill.finish import publish, validate
+    from airflow_provider_kappa.backfill.backfill import Backfill
+    from airflow_provider_kappa.backfill.plan import plan, slice_is_empty
+    from airflow_provider_kappa.backfill.publish import publish
+    from airflow_provider_kappa.backfill.slices import run_slice
     from airflow_provider_kappa.backfill.snapshot import pin
-    from airflow_provider_kappa.backfill.steps import Backfill, plan, run_slice, slice_is_empty
+    from airflow_provider_kappa.backfill.validate import validate
 
     cfg = load_config(lake)
     sink = cfg.sinks["summary"]
@@ -264,7 +276,7 @@ def test_an_empty_slice_creates_no_staging_table_and_validate_and_publish_count_
 def test_the_cleanup_task_keeps_its_runs_backfill_unless_it_published(catalog: Any, lake: Path) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.operators.cleanup import KappaCleanupOperator
 
     params = {"start": START.isoformat(), "end": END.isoformat(), "slice": "1h", "dry_run": True}
@@ -294,8 +306,8 @@ def test_the_cleanup_task_keeps_its_runs_backfill_unless_it_published(catalog: A
 def test_a_backfill_whose_spark_connect_server_runs_is_kept(catalog: Any, lake: Path) -> None:
     import os
 
-    from airflow_provider_kappa.backfill.connect import ServerState
-    from airflow_provider_kappa.backfill.steps import connect_state_path
+    from airflow_provider_kappa.engine.connect_server import ServerState
+    from airflow_provider_kappa.job.checkpoints import connect_state_path
 
     leave_backfill(catalog, lake, "bf_running")
     cfg = load_config(lake)

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_provider_kappa.backfill.config import (
+from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.job.config import (
     DynamicSourceConfig,
     IcebergSourceConfig,
     KafkaSourceConfig,
     load_config,
 )
-from airflow_provider_kappa.exceptions import KappaConfigError
 
 EXAMPLES = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples"
 

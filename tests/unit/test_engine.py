@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from test_config import BASE, with_change, write
 
-from airflow_provider_kappa.backfill.config import ConnectConfig, load_config
-from airflow_provider_kappa.backfill.connect import (
+from airflow_provider_kappa.engine.connect import write_conf_file
+from airflow_provider_kappa.engine.connect_server import (
     ServerState,
     configured_url,
     read_state,
     redact_url,
     split_conf,
     stop_owned,
-    write_conf_file,
 )
 from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.job.config import ConnectConfig, load_config
 
 
 def test_engine_defaults_to_connect_with_a_local_server(tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_the_session_conf_file_is_private(tmp_path: Path) -> None:
 
 
 def test_a_state_file_tells_a_live_server_from_a_gone_one_and_stops_it_by_pid(tmp_path: Path) -> None:
-    from airflow_provider_kappa.backfill.connect import _start_ticks
+    from airflow_provider_kappa.engine.processes import start_ticks as _start_ticks
 
     assert read_state(tmp_path / "none.json") is None
     (tmp_path / "bad.json").write_text("{")

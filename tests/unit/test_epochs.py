@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from lake import create_summary_table, sorted_rows, summary_row, summary_table
 
-from airflow_provider_kappa.backfill.checkpoints import CheckpointStore
-from airflow_provider_kappa.backfill.connect import with_session_id
-from airflow_provider_kappa.backfill.processes import private_folder, start_ticks, sweep_private_folders
+from airflow_provider_kappa.engine.connect import with_session_id
+from airflow_provider_kappa.engine.processes import private_folder, start_ticks, sweep_private_folders
 from airflow_provider_kappa.exceptions import KappaConcurrencyError, KappaSupersededError
+from airflow_provider_kappa.job.checkpoints import CheckpointStore
 from airflow_provider_kappa.spark.staging import EPOCH_PROPERTY, clear_slice, ensure_staging_table, staging_table_name
 
 TARGET = "prod.impression_play_summary"
@@ -124,7 +124,7 @@ def test_a_staging_table_created_by_another_attempt_is_refused(catalog: Any) -> 
 
 CHILD = """
 import subprocess, sys, time
-from airflow_provider_kappa.backfill.processes import child_options
+from airflow_provider_kappa.engine.processes import child_options
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], **child_options())
 print(child.pid, flush=True)
 time.sleep(120)
@@ -169,4 +169,4 @@ def test_a_session_id_goes_into_the_connect_url_next_to_its_other_parameters() -
     sid = "0b1e3c1e-5d6f-4a7b-8c9d-0e1f2a3b4c5d"
     assert with_session_id("sc://127.0.0.1:15002", sid) == f"sc://127.0.0.1:15002/;session_id={sid}"
     assert with_session_id("sc://h:1/;token=abc", sid) == f"sc://h:1/;token=abc;session_id={sid}"
-    assert with_session_id(f"sc://h:1/;session_id=old;token=t", sid) == f"sc://h:1/;token=t;session_id={sid}"
+    assert with_session_id("sc://h:1/;session_id=old;token=t", sid) == f"sc://h:1/;token=t;session_id={sid}"

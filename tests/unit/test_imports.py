@@ -12,7 +12,7 @@ ROOT = Path(__file__).parents[2]
 
 PROBE = r"""
 import runpy, sys, pathlib
-import airflow_provider_kappa, airflow_provider_kappa.backfill.config, airflow_provider_kappa.backfill.launch
+import airflow_provider_kappa, airflow_provider_kappa.job.config, airflow_provider_kappa.engine.launch
 import airflow_provider_kappa.spark, airflow_provider_kappa.spark.settings, airflow_provider_kappa.cli
 airflow_provider_kappa.cli.build_parser()
 info = airflow_provider_kappa.get_provider_info()

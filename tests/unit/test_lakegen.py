@@ -11,7 +11,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet
 import pytest
 
-from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
 from airflow_provider_kappa.demo.lakegen import (
     LANDED_UNTIL,
     LANDING_START,
@@ -21,6 +20,7 @@ from airflow_provider_kappa.demo.lakegen import (
     landed_events,
     landed_until,
 )
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 SECOND = 1_000_000

@@ -1,5 +1,5 @@
 """``land:`` in kappa.yaml, the choice of what ``kappa land`` lands and its Spark conf, and the
-lookup of the JVM artifacts fetched at install time (``backfill/jvm.py``): no Spark, no broker."""
+lookup of the JVM artifacts fetched at install time (``engine/jvm.py``): no Spark, no broker."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_provider_kappa.backfill import jvm
-from airflow_provider_kappa.backfill.config import load_config
-from airflow_provider_kappa.backfill.landing import land_conf, landings
+from airflow_provider_kappa.engine import jvm
+from airflow_provider_kappa.engine.landing import land_conf, landings
 from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.spark.settings import KafkaSourceSettings, load_settings
 
 BASE: dict[str, Any] = {
@@ -160,7 +160,7 @@ def test_the_fetched_connector_adds_nothing_the_pyspark_wheel_holds() -> None:
     """The install's jars (make install fetches them) hold no artifact the pyspark wheel's jars/ already has."""
     import re
 
-    from airflow_provider_kappa.backfill.class_data_sharing import spark_home
+    from airflow_provider_kappa.engine.class_data_sharing import spark_home
 
     fetched = jvm.artifact_jars(jvm.SPARK_KAFKA)  # KappaConfigError naming what to run when not fetched
     home = spark_home()

@@ -1,7 +1,8 @@
 """The package's rooms follow the data flow, and imports only point down.
 
-core (exceptions, faults, timeparse) < spark (runs inside Spark; examples are jobs on it) < hooks (Airflow
-hooks the steps use) < backfill (the plain-Python steps) < operators < dag (the DAG factory) < cli, demo.
+core (exceptions, faults, timeparse, timeaxis) < spark (runs inside Spark; examples are jobs on it) < hooks
+(Airflow hooks) < job (kappa.yaml, catalogs, the checkpoint layout) < engine (how Spark is started and driven)
+< backfill (the backfill's steps) < report (the HTML report) < operators < dag (the DAG factory) < cli, demo.
 Every ``import``/``from … import`` counts, at module level or inside a function.
 """
 
@@ -16,12 +17,25 @@ PACKAGE = Path(__file__).parents[2] / "airflow_provider_kappa"
 NAME = PACKAGE.name
 
 #: room -> rank; a module may import modules of its own room or of a lower rank
-RANKS = {"core": 0, "spark": 1, "examples": 1, "hooks": 2, "backfill": 3, "operators": 4, "dag": 5, "cli": 6, "demo": 6}
+RANKS = {
+    "core": 0,
+    "spark": 1,
+    "examples": 1,
+    "hooks": 2,
+    "job": 3,
+    "engine": 4,
+    "backfill": 5,
+    "report": 6,
+    "operators": 7,
+    "dag": 8,
+    "cli": 9,
+    "demo": 9,
+}
 
 
 def room(module: str) -> str:
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("exceptions", "faults", "timeparse"):
+    if len(parts) == 1 or parts[1] in ("exceptions", "faults", "timeparse", "timeaxis"):
         return "core"
     return parts[1]
 

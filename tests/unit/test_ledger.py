@@ -150,8 +150,8 @@ def test_the_ledger_parameter_needs_a_job_with_one_sink(tmp_path: Path) -> None:
     from dataclasses import replace
 
     import airflow_provider_kappa.examples as examples
-    from airflow_provider_kappa.backfill.config import load_config
     from airflow_provider_kappa.backfill.params import backfill_id, parse_params
+    from airflow_provider_kappa.job.config import load_config
 
     cfg = load_config(Path(examples.__file__).parent / "rmi" / "kappa.yaml")
     window = {"start": "2026-11-01T00:00:00+00:00", "end": "2026-11-01T02:00:00+00:00"}

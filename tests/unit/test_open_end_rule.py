@@ -13,17 +13,29 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from airflow_env import write_job_config
-from lake import T0, append_events, create_events_table, create_sessions_table, event, expected_sessions, sessions_arrow, sorted_rows
+from lake import (
+    T0,
+    append_events,
+    create_events_table,
+    create_sessions_table,
+    event,
+    expected_sessions,
+    sessions_arrow,
+    sorted_rows,
+)
 
-from airflow_provider_kappa.backfill import finish, steps
+from airflow_provider_kappa.backfill import plan as planning
+from airflow_provider_kappa.backfill import publish as publishing
+from airflow_provider_kappa.backfill import summary as summaries
+from airflow_provider_kappa.backfill import validate as validation
+from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.checks import check_inputs, check_landed, closed_end, landed_end
-from airflow_provider_kappa.backfill.config import load_config
 from airflow_provider_kappa.backfill.lock import read_locks
 from airflow_provider_kappa.backfill.snapshot import snapshot
-from airflow_provider_kappa.backfill.steps import Backfill
 from airflow_provider_kappa.cli import main
 from airflow_provider_kappa.exceptions import KappaCatalogUnavailableError, KappaSourceError
 from airflow_provider_kappa.faults import one_line, retry_transient, root_transient_cause
+from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.spark.staging import ensure_staging_table
 
 SOURCE = "raw.playbacks"
@@ -95,8 +107,8 @@ def test_allow_open_end_publishes_only_what_the_landed_data_closes(lake: dict[st
     cfg = load_config(lake["config"])
     bf = Backfill.create(cfg, {**OPEN, "allow_open_end": True})
     check_inputs(bf)
-    plan = steps.plan(bf, snapshot(bf))
-    assert closed_end(bf, finish.pinned(plan)) == at(5, 40)
+    plan = planning.plan(bf, snapshot(bf))
+    assert closed_end(bf, validation.pinned(plan)) == at(5, 40)
     oracle = lake["oracle"]
     # the damaged target: account 1's session (05:20) miscounted
     target = catalog.load_table(TARGET)
@@ -111,28 +123,28 @@ def test_allow_open_end_publishes_only_what_the_landed_data_closes(lake: dict[st
         table = ensure_staging_table(catalog, TARGET, bf.staging_table(sink, sp.slice_id))
         if i == 0:
             table.append(pa.Table.from_pylist([*closed, stuck], schema=sessions_arrow()))
-    reports = finish.validate(bf, plan)
+    reports = validation.validate(bf, plan)
     report = reports["sessions"]
     assert report.window_end == at(5, 40).isoformat() and report.only_target_rows == 1 and report.only_staged_rows == 1
     assert any("published [2026-11-01T05:00:00+00:00, 2026-11-01T05:40:00+00:00)" in w for w in report.warnings), report.warnings
     assert "warning: allow_open_end: end + tail lies past the landed data" in report.to_text()
-    finish.check_gate(bf, reports)
-    results = finish.publish(bf, plan)
+    validation.check_gate(bf, reports)
+    results = publishing.publish(bf, plan)
     assert results["sessions"].rows_added == len([s for s in closed if s["session_start"] < at(5, 40)])
     # the window up to 05:40 repaired, the rows after it (correct, closed by live) kept: none lost
     assert sorted_rows(catalog.load_table(TARGET)) == sorted_rows(pa.Table.from_pylist(oracle, schema=sessions_arrow()))
     assert read_locks(catalog.load_table(TARGET)) == []
-    text = finish.summary(bf, plan, [], {k: r.to_dict() for k, r in reports.items()}, {})
+    text = summaries.summary(bf, plan, [], {k: r.to_dict() for k, r in reports.items()}, {})
     assert "staged rows from 2026-11-01T05:40:00+00:00 on are not published" in text
 
 
 def test_validate_reports_rows_with_a_null_ingestion_time(lake: dict[str, Any], catalog: Any) -> None:
     append_events(catalog.load_table(SOURCE), [{**event(900 + i, at(5, 30)), "ingestion_ts": None} for i in range(3)])
     bf = Backfill.create(load_config(lake["config"]), {**OPEN, "end": at(5, 40), "slice": "1h"})
-    plan = steps.plan(bf, snapshot(bf, tag=False))
+    plan = planning.plan(bf, snapshot(bf, tag=False))
     for sp in plan.slices:
         ensure_staging_table(catalog, TARGET, bf.staging_table(bf.cfg.sinks["sessions"], sp.slice_id))
-    (report,) = finish.validate(bf, plan).values()
+    (report,) = validation.validate(bf, plan).values()
     expected = "source backfill-playbacks: 3 row(s) of raw.playbacks have a null ingestion_ts; no slice reads them"
     assert any(w.startswith(expected) for w in report.warnings), report.warnings
     assert f"warning: {expected}" in report.to_text() and report.to_dict()["warnings"] == report.warnings

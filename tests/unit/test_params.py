@@ -12,8 +12,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from airflow_provider_kappa.backfill.config import load_config
-from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.backfill.params import (
     CLI_PARAMS,
     DURATION_PATTERN,
@@ -29,6 +27,8 @@ from airflow_provider_kappa.backfill.params import (
     to_argv,
 )
 from airflow_provider_kappa.cli.plan import add_backfill_arguments, params_from_args
+from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.timeparse import parse_duration, parse_timestamp
 
 EXAMPLES = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples"
@@ -181,7 +181,7 @@ def test_param_schemas_validate_defaults_and_refuse_bad_single_values(rmi) -> No
         "start", "end", "sources", "slice", "max_misalignment_threshold", "warmup", "tail", "mode", "dry_run",
         "publish", "min_match", "allow_open_end", "ledger",
     ]  # fmt: skip
-    for name, schema in schemas.items():
+    for schema in schemas.values():
         body = {k: v for k, v in schema.items() if k not in ("default", "title", "description")}
         if "default" in schema:
             jsonschema.validate(schema["default"], body)

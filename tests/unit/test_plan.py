@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 from lake import T0, append_events, create_events_table, event
 
-from airflow_provider_kappa.backfill import snapshot, steps
-from airflow_provider_kappa.backfill.config import load_config
-from airflow_provider_kappa.exceptions import KappaSourceError
+from airflow_provider_kappa.backfill import backfill as backfills
+from airflow_provider_kappa.backfill import plan as planning
+from airflow_provider_kappa.backfill import snapshot
 from airflow_provider_kappa.backfill.params import parse_params
 from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan, aligned_grid, slice_bounds, slice_id
+from airflow_provider_kappa.exceptions import KappaSourceError
+from airflow_provider_kappa.job.config import load_config
 
 EXAMPLES = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples"
 UTC = timezone.utc
@@ -73,9 +75,9 @@ def playbacks(catalog: Any) -> Any:
     return table
 
 
-def _backfill(cfg: Any, catalog: Any, **raw: Any) -> steps.Backfill:
+def _backfill(cfg: Any, catalog: Any, **raw: Any) -> backfills.Backfill:
     base = {"start": at(0).isoformat(), "end": at(4).isoformat(), "warmup": "0s", "tail": "0s"}
-    return steps.Backfill.create(cfg, {**base, **raw}, catalog_for=lambda _name: catalog)
+    return backfills.Backfill.create(cfg, {**base, **raw}, catalog_for=lambda _name: catalog)
 
 
 def test_plan_estimates_each_slice_from_manifests_and_warns(sessions_cfg: Any, catalog: Any, playbacks: Any) -> None:
@@ -83,7 +85,7 @@ def test_plan_estimates_each_slice_from_manifests_and_warns(sessions_cfg: Any, c
     snaps = snapshot.snapshot(bf, tag=False)
     assert snaps == {"backfill-playbacks": playbacks.current_snapshot().snapshot_id}
     assert bf.tag not in playbacks.refresh().metadata.refs  # planning writes nothing
-    plan = steps.plan(bf, snaps)
+    plan = planning.plan(bf, snaps)
     assert [s.slice_id for s in plan.slices] == ["s0000", "s0001", "s0002", "s0003"]
     assert [(s.files, s.rows) for s in plan.slices] == [(1, 3), (1, 2), (0, 0), (1, 40)]
     assert all(s.stats[0].source == "playbacks" and s.snapshot_ids == snaps for s in plan.slices)
@@ -101,15 +103,15 @@ def test_plan_estimates_each_slice_from_manifests_and_warns(sessions_cfg: Any, c
 
 def test_a_slice_continues_only_while_later_slices_have_data(sessions_cfg: Any, catalog: Any, playbacks: Any) -> None:
     bf = _backfill(sessions_cfg, catalog, end=at(3).isoformat())  # hours 0, 1, 2: the last is empty
-    plan = steps.plan(bf, snapshot.snapshot(bf, tag=False))
+    plan = planning.plan(bf, snapshot.snapshot(bf, tag=False))
     assert [(s.files, s.continued) for s in plan.slices] == [(1, True), (1, False), (0, False)]
     par = _backfill(sessions_cfg, catalog, mode="parallel")
-    assert not any(s.continued for s in steps.plan(par, snapshot.snapshot(par, tag=False)).slices)
+    assert not any(s.continued for s in planning.plan(par, snapshot.snapshot(par, tag=False)).slices)
 
 
 def test_rows_of_a_file_spanning_slices_are_prorated(sessions_cfg: Any, catalog: Any, playbacks: Any) -> None:
     bf = _backfill(sessions_cfg, catalog, slice="30min", max_misalignment_threshold="5min", end=at(1).isoformat())
-    plan = steps.plan(bf, snapshot.snapshot(bf, tag=False))
+    plan = planning.plan(bf, snapshot.snapshot(bf, tag=False))
     # the hour-0 file spans 00:05..00:50: both half-hour slices may read it, rows are shared by time
     assert [s.files for s in plan.slices] == [1, 1]
     assert sum(s.rows for s in plan.slices) == 3
@@ -118,7 +120,7 @@ def test_rows_of_a_file_spanning_slices_are_prorated(sessions_cfg: Any, catalog:
 def test_a_window_outside_the_data_is_refused(sessions_cfg: Any, catalog: Any, playbacks: Any) -> None:
     bf = _backfill(sessions_cfg, catalog, start=at(10).isoformat(), end=at(12).isoformat())
     with pytest.raises(KappaSourceError) as err:
-        steps.plan(bf, snapshot.snapshot(bf, tag=False))
+        planning.plan(bf, snapshot.snapshot(bf, tag=False))
     msg = str(err.value)
     assert "is outside the tables' data" in msg
     assert "playbacks: data from 2026-11-01T00:05:00+00:00 to 2026-11-01T03:39:00+00:00" in msg

@@ -64,7 +64,7 @@ def test_an_unwritable_checkpoint_root_is_refused_before_any_lock(
 
 def test_the_probe_leaves_no_folder_behind(tmp_path: Path, catalog_props: dict[str, str]) -> None:
     from airflow_provider_kappa.backfill.checks import check_checkpoint_root
-    from airflow_provider_kappa.backfill.config import load_config
+    from airflow_provider_kappa.job.config import load_config
 
     config = write_job_config(tmp_path, catalog_props)
     check_checkpoint_root(load_config(config))

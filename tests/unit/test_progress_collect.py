@@ -1,4 +1,4 @@
-"""A slice's progress read back from the user's spark.eventLog.dir (backfill/progress.py collect_progress):
+"""A slice's progress read back from the user's spark.eventLog.dir (engine/progress.py collect_progress):
 the run's own log found by its run id among other applications' logs, plain, zstd-compressed (Spark 4's
 default codec) or rolling (Spark 4's default layout), then summed by read_progress like kappa's own folder."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from airflow_provider_kappa.backfill.progress import PROGRESS_EVENT, RUN_ID, collect_progress, read_progress, summarize
+from airflow_provider_kappa.engine.progress import PROGRESS_EVENT, RUN_ID, collect_progress, read_progress, summarize
 
 
 def log_lines(run_id: str, rows: list[int]) -> list[str]:

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from lake import T0, create_summary_table, sorted_rows, summary_row, summary_table
 
-from airflow_provider_kappa.exceptions import KappaSinkError
 from airflow_provider_kappa.backfill.publish import publish_window, replace_window
-from airflow_provider_kappa.spark.staging import clear_slice, drop_staging, ensure_staging_table, staging_table_name
 from airflow_provider_kappa.backfill.validate import validate_window
+from airflow_provider_kappa.exceptions import KappaSinkError
+from airflow_provider_kappa.spark.staging import clear_slice, drop_staging, ensure_staging_table, staging_table_name
 
 TARGET = "prod.summary"
 H = timedelta(hours=1)

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kappa.backfill import report as rp
-from airflow_provider_kappa.backfill.timeaxis import DAY, HOUR, MINUTE, SECOND, count_ticks, round_step
 from airflow_provider_kappa.backfill.validate import BUCKETS, MAX_DISTINCT, build_report, validate_window
 from airflow_provider_kappa.demo.report import DemoReport, HourCount, SliceStat
+from airflow_provider_kappa.report import report as rp
+from airflow_provider_kappa.timeaxis import DAY, HOUR, MINUTE, SECOND, count_ticks, round_step
 from airflow_provider_kappa.timeparse import to_micros
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -180,7 +180,7 @@ def test_time_axis_labels_never_overlap_and_stay_readable(span: int, width: int)
     main = [lb for lb in labels if lb.y == 116]
     assert overlaps(labels) == []
     assert 2 <= len(main) <= width // 40, [lb.text for lb in main]
-    assert all(60 - 20 <= lb.box()[0] and lb.box()[1] <= width for lb in labels)
+    assert all(lb.box()[0] >= 60 - 20 and lb.box()[1] <= width for lb in labels)
 
 
 def test_count_ticks_are_round_and_cover_the_top() -> None:
@@ -190,8 +190,8 @@ def test_count_ticks_are_round_and_cover_the_top() -> None:
 
 
 def test_slice_runs_are_read_back_from_the_checkpoint_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_provider_kappa.backfill.checkpoints import CheckpointStore
     from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan
+    from airflow_provider_kappa.job.checkpoints import CheckpointStore
 
     store = CheckpointStore(str(tmp_path / "bf"))
     slices = tuple(
@@ -218,15 +218,15 @@ def test_slice_runs_are_read_back_from_the_checkpoint_store(tmp_path: Path, monk
 
 
 def test_report_link_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_provider_kappa.backfill.config import load_config
-    from airflow_provider_kappa.backfill.steps import Backfill
+    from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.exceptions import KappaConfigError
+    from airflow_provider_kappa.job.config import load_config
     from airflow_provider_kappa.operators import links
 
     monkeypatch.setenv("KAPPA_LAKE", str(tmp_path))
     bf = Backfill.create(load_config(EXAMPLES / "rmi" / "kappa.yaml"), {"start": "2026-11-01T01:00:00Z", "end": "2026-11-01T02:00:00Z"})
     path = tmp_path / "checkpoints" / "rmi" / "backfill" / bf.id / "report.html"
-    assert rp.report_file(bf.store()) == str(path)
+    assert bf.store().report_file() == str(path)
     assert links.report_url(bf) == path.as_uri()
     monkeypatch.setenv("AIRFLOW__KAPPA__REPORT_BASE_URL", "https://reports.example.com/ckpt/")
     assert links.report_url(bf) == f"https://reports.example.com/ckpt/rmi/backfill/{bf.id}/report.html"

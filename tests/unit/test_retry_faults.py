@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import errno
 import sqlite3
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import airflow_env  # noqa: F401  (a private AIRFLOW_HOME before Airflow is imported)
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 from airflow_env import write_job_config
 from lake import T0, append_events, create_events_table, create_sessions_table, event
 
-from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_kappa.exceptions import (
     KappaCatalogConflictError,
     KappaCatalogUnavailableError,
@@ -170,9 +171,8 @@ def test_a_permanent_wrapper_of_a_transient_fault_is_retried() -> None:
     with pytest.raises(KappaConfigError):  # raised as it is: Airflow retries it
         with fail_fast("snapshot"):
             wrapped()
-    with pytest.raises(AirflowFailException, match="snapshot: KappaConfigError: bad"):
-        with fail_fast("snapshot"):
-            raise KappaConfigError("bad")
+    with pytest.raises(AirflowFailException, match="snapshot: KappaConfigError: bad"), fail_fast("snapshot"):
+        raise KappaConfigError("bad")
 
 
 def test_a_sequential_slice_next_in_line_checks_often_and_the_ones_behind_less() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kappa.backfill.config import load_config
+from airflow_provider_kappa.engine.launch import NO_DATA_BATCHES, SliceRun, live_conf, slice_conf, write_catalogs_file
 from airflow_provider_kappa.exceptions import KappaConfigError
-from airflow_provider_kappa.backfill.launch import NO_DATA_BATCHES, SliceRun, live_conf, slice_conf, write_catalogs_file
+from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.spark.settings import (
     AVAILABLE_NOW,
     PROCESSING_TIME,

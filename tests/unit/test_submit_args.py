@@ -1,4 +1,4 @@
-"""What a spark-submit gets per master and deploy mode (backfill/submit_args.py): from a real kappa.yaml's
+"""What a spark-submit gets per master and deploy mode (engine/submit_args.py): from a real kappa.yaml's
 live conf, the platform's spark-defaults, the master and the deploy mode to the properties and the
 spark-submit process's environment. No Spark: the function is pure."""
 
@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_provider_kappa.backfill.config import load_config
-from airflow_provider_kappa.backfill.launch import live_conf, write_catalogs_file
-from airflow_provider_kappa.backfill.progress import PROGRESS_DIR, event_log_conf
-from airflow_provider_kappa.backfill.submit_args import (
+from airflow_provider_kappa.engine.launch import live_conf, write_catalogs_file
+from airflow_provider_kappa.engine.progress import PROGRESS_DIR, event_log_conf
+from airflow_provider_kappa.engine.submit_args import (
     SubmitArgs,
     parse_spark_defaults,
     read_spark_defaults,
@@ -22,6 +21,7 @@ from airflow_provider_kappa.backfill.submit_args import (
     submit_args,
 )
 from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.job.config import load_config
 
 PY = "/opt/airflow/venv/bin/python"  # the Airflow worker's interpreter
 VENV_BIN = "/opt/airflow/venv/bin"
@@ -212,7 +212,7 @@ def test_a_kubernetes_master_without_the_kubernetes_provider_is_a_clear_error(
 ) -> None:
     """Airflow's Spark provider fails with ``NameError: kube_client`` here; kappa names the
     setting and the package instead, before spark-submit starts or its properties file is written."""
-    from airflow_provider_kappa.backfill.submit import submit
+    from airflow_provider_kappa.engine.submit import submit
 
     app = tmp_path / "job.py"
     app.write_text("print('never runs')\n")

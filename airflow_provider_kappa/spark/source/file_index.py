@@ -14,10 +14,11 @@ from __future__ import annotations
 import base64
 import bisect
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from airflow_provider_kappa.exceptions import KappaSourceError
 

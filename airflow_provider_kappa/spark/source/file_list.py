@@ -22,8 +22,9 @@ Pure Python with pyarrow for I/O: no pyspark import (the Spark schema is kept as
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.spark.source.file_index import FileSpan, span_from_list, span_to_list

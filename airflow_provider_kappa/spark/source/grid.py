@@ -9,7 +9,7 @@ these, so they compute the very same batch boundaries. Pure Python.
 from __future__ import annotations
 
 import bisect
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from airflow_provider_kappa.spark.source.file_index import FileSpan
 

@@ -8,9 +8,10 @@ data manifest once; no data file is opened. pyiceberg only (imported lazily): no
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.spark.source.file_index import DeleteRef, FileSpan, spans_range

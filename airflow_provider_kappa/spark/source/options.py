@@ -23,9 +23,10 @@ Pure Python: the launcher imports this module.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.conf_keys import BACKFILL, PREFIX

@@ -8,8 +8,9 @@ the FileIO properties; never a catalog property.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
 

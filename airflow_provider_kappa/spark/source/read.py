@@ -10,8 +10,9 @@ pydantic and pandas out of the executors' Python workers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StructType
 

@@ -28,8 +28,9 @@ import bisect
 import logging
 import struct
 import time
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType

@@ -5,7 +5,8 @@ aligned table, loading a table, and the stream's schema (what ``DataSource.schem
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 

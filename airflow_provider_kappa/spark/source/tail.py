@@ -8,7 +8,8 @@ after its start offset, up to its end offset, whatever their ingestion times.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType

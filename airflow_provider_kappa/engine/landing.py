@@ -10,15 +10,23 @@ offset in :data:`KAFKA_COLUMNS`. No pyspark import; pyiceberg only inside :func:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from airflow_provider_kappa.backfill.catalogs import CatalogFor
-from airflow_provider_kappa.backfill.config import DynamicSourceConfig, IcebergSourceConfig, JobConfig, KafkaSourceConfig
-from airflow_provider_kappa.backfill.launch import common_conf, source_conf
+from airflow_provider_kappa.engine.launch import common_conf, source_conf
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
-from airflow_provider_kappa.spark.conf_keys import AVAILABLE_NOW, KAFKA_COLUMNS, LAND_SOURCES, LIVE, PREFIX, PROCESSING_TIME
+from airflow_provider_kappa.job import checkpoints
+from airflow_provider_kappa.job.catalogs import CatalogFor
+from airflow_provider_kappa.job.config import DynamicSourceConfig, IcebergSourceConfig, JobConfig, KafkaSourceConfig
+from airflow_provider_kappa.spark.conf_keys import (
+    AVAILABLE_NOW,
+    KAFKA_COLUMNS,
+    LAND_SOURCES,
+    LIVE,
+    PREFIX,
+    PROCESSING_TIME,
+)
 from airflow_provider_kappa.timeparse import format_duration
 
 __all__ = ["KAFKA_COLUMNS", "Landing", "check_tables", "describe", "land_checkpoint", "land_conf", "landings", "selected"]
@@ -79,7 +87,7 @@ def landings(cfg: JobConfig, names: Sequence[str] = ()) -> list[Landing]:
 
 def land_checkpoint(cfg: JobConfig) -> str:
     """``<checkpoint_root>/<job>/land``: one streaming checkpoint per landed source below it."""
-    return f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}/land"
+    return checkpoints.land_checkpoint(cfg.job.checkpoint_root, cfg.job.name)
 
 
 def check_tables(cfg: JobConfig, items: Sequence[Landing], catalog_for: CatalogFor) -> None:

@@ -1,8 +1,11 @@
 """Run the job's unchanged application as a Spark Connect client session.
 
-``python -m airflow_provider_kappa.spark.connect_runner [--remote URL] --conf-file F --progress-file P APP [ARGS...]``
+``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --conf-file F --progress-file P APP [ARGS...]``
 
-``python -m airflow_provider_kappa.spark.connect_runner [--remote URL] --stop-session``: reattach to the
+``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --warm``: a tiny query with a
+Python UDF in a new session, released after (warms a server before the first slice).
+
+``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --stop-session``: reattach to the
 session named by the URL's ``session_id`` parameter, stop its streaming queries, interrupt its
 operations and release it (a killed runner left them running in the server); exit 0, also when
 the session is already closed.
@@ -20,7 +23,7 @@ the session is already closed.
 5. waits for the listener to see every query end, stops the queries left and the session (never
    the server), and exits 0, or 1 with the job's traceback on failure (2 on bad arguments).
 
-Runs inside Spark's room: imports pyspark, never Airflow.
+A Spark Connect client: imports pyspark, never Airflow.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_kappa.spark.conf_keys import PREFIX
 
@@ -125,9 +129,10 @@ def set_session_conf(spark: Any, conf: Mapping[str, str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m airflow_provider_kappa.spark.connect_runner")
+    parser = argparse.ArgumentParser(prog="python -m airflow_provider_kappa.engine.connect_runner")
     parser.add_argument("--remote", default=os.environ.get("SPARK_REMOTE"), help="sc://host:port (default $SPARK_REMOTE)")
     parser.add_argument("--stop-session", action="store_true", help="end the URL's session_id session and exit")
+    parser.add_argument("--warm", action="store_true", help="run a tiny query with a Python UDF and exit")
     parser.add_argument("--conf-file", type=Path)
     parser.add_argument("--progress-file", type=Path)
     parser.add_argument("application", type=Path, nargs="?")
@@ -139,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ";session_id=" not in args.remote:
             parser.error("--stop-session: the URL has no session_id parameter")
         return stop_session(args.remote)
+    if args.warm:
+        return warm(args.remote)
     if args.conf_file is None or args.progress_file is None or args.application is None:
         parser.error("--conf-file, --progress-file and the application are required")
     if not args.application.is_file():
@@ -192,6 +199,22 @@ def stop_session(remote: str) -> int:
         spark.interruptAll()
     finally:
         spark.stop()  # releases the session on the server
+    return 0
+
+
+def warm(remote: str) -> int:
+    """Run a tiny aggregation with a Python UDF in a new session of ``remote``, then release the
+    session: the server's first query planning, code generation and Python worker start are paid
+    here, before the first slice."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F  # noqa: N812 - pyspark's convention
+
+    spark = SparkSession.builder.remote(remote).create()
+    try:
+        plus_one = F.udf(lambda v: v + 1, "long")
+        spark.range(0, 1000, numPartitions=2).select(plus_one("id").alias("v")).groupBy((F.col("v") % 7).alias("k")).count().collect()
+    finally:
+        spark.stop()
     return 0
 
 

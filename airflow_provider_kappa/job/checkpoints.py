@@ -1,4 +1,13 @@
-"""Backfill checkpoints: one folder per backfill, laid out as docs/architecture.md says.
+"""Every path under ``job.checkpoint_root``: this module is their one owner.
+
+``<checkpoint_root>/<job>/``
+
+- ``live/``: the live query's checkpoint (``kappa run``; :func:`live_checkpoint`).
+- ``land/<source>/``: each landed source's checkpoint (``kappa land``; :func:`land_checkpoint`).
+- ``ledger/``: the live ledger, each Kafka-live micro-batch's offsets (:func:`ledger_folder`;
+  ``job.ledger`` may put it elsewhere).
+- ``backfill/<backfill_id>/``: one folder per backfill (:func:`backfill_root`,
+  :class:`CheckpointStore`), below.
 
 ``<checkpoint_root>/<job>/backfill/<backfill_id>/``
 
@@ -18,6 +27,10 @@
   ``_KAPPA_BOUNDARY`` marker exists (written last).
 - ``done/<slice_id>.json``: the metrics of a slice's last successful run (removed when it reruns).
 - ``progress/<slice_id>.jsonl``: the Spark ``StreamingQueryProgress`` records of its last run.
+- ``report.html``: the backfill's HTML report (:meth:`CheckpointStore.report_file`).
+- ``logs/<slice_id>.log``: ``kappa backfill``'s slice logs (:meth:`CheckpointStore.log_folder`).
+- ``connect/server.json``: the state file of the Spark Connect server kappa owns for the backfill
+  (:func:`connect_state_path`).
 - ``plans/<slice_id>/<source>.json``: the file list of each source for the slice's read range,
   written by the launcher before each run and read by the slice's ``kappa_iceberg`` readers
   (``spark/source/file_list.py``).
@@ -30,6 +43,8 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.exceptions import KappaSinkError, KappaSupersededError
@@ -42,6 +57,43 @@ MARKER = "_KAPPA_BOUNDARY"
 _EPOCH = re.compile(r"(\d+)-[0-9a-f]+")
 
 
+def job_root(checkpoint_root: str, job: str) -> str:
+    """``<checkpoint_root>/<job>``: every folder of the job.
+
+    :param checkpoint_root: ``job.checkpoint_root`` of the config.
+    :param job: the job name.
+    """
+    return f"{checkpoint_root.rstrip('/')}/{job}"
+
+
+def live_checkpoint(checkpoint_root: str, job: str) -> str:
+    """``<checkpoint_root>/<job>/live``: the live query's checkpoint (``kappa run``)."""
+    return f"{job_root(checkpoint_root, job)}/live"
+
+
+def land_checkpoint(checkpoint_root: str, job: str) -> str:
+    """``<checkpoint_root>/<job>/land``: one landing checkpoint per source below it (``kappa land``)."""
+    return f"{job_root(checkpoint_root, job)}/land"
+
+
+def ledger_folder(checkpoint_root: str, job: str) -> str:
+    """``<checkpoint_root>/<job>/ledger``: the live ledger's default folder."""
+    return f"{job_root(checkpoint_root, job)}/ledger"
+
+
+def backfills_folder(checkpoint_root: str, job: str) -> str:
+    """``<checkpoint_root>/<job>/backfill``: where the job's backfills keep their folders."""
+    return f"{job_root(checkpoint_root, job)}/backfill"
+
+
+def connect_state_path(root: str, backfill_id: str) -> Path:
+    """The state file of the Spark Connect server kappa owns for the backfill ``backfill_id`` whose
+    folder is ``root``: in that folder when it is local, else in a temporary folder of this machine."""
+    if "://" in root and not root.startswith("file://"):
+        return Path(tempfile.gettempdir()) / "kappa-connect" / backfill_id / "server.json"
+    return Path(root.removeprefix("file://")) / "connect" / "server.json"
+
+
 def backfill_root(checkpoint_root: str, job: str, backfill_id: str) -> str:
     """``<checkpoint_root>/<job>/backfill/<backfill_id>``.
 
@@ -49,7 +101,7 @@ def backfill_root(checkpoint_root: str, job: str, backfill_id: str) -> str:
     :param job: the job name.
     :param backfill_id: the backfill id.
     """
-    return f"{checkpoint_root.rstrip('/')}/{job}/backfill/{backfill_id}"
+    return f"{backfills_folder(checkpoint_root, job)}/{backfill_id}"
 
 
 class CheckpointStore:
@@ -65,6 +117,17 @@ class CheckpointStore:
         return filesystem(self.root, "checkpoint folder")
 
     # paths --------------------------------------------------------------------------------
+
+    def report_file(self) -> str:
+        """``report.html``: the backfill's HTML report."""
+        return f"{self.root}/report.html"
+
+    def log_folder(self, backfill_id: str) -> Path:
+        """Where ``kappa backfill`` writes its slice logs: ``logs/`` when the folder is local, else
+        a temporary folder of this machine."""
+        if "://" in self.root and not self.root.startswith("file://"):
+            return Path(tempfile.gettempdir()) / "kappa-logs" / backfill_id
+        return Path(self.root.removeprefix("file://")) / "logs"
 
     def attempt(self, slice_id: str, epoch: str) -> str:
         """The checkpoint of the attempt of ``slice_id`` that took ``epoch``."""

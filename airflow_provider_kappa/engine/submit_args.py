@@ -2,7 +2,7 @@
 
 :func:`submit_args` turns (the run's Spark conf, the platform's ``spark-defaults.conf``, the master,
 the deploy mode, the job's Python and environment choices) into the properties file's content and
-the environment of the local ``spark-submit`` process. :mod:`~airflow_provider_kappa.backfill.submit`
+the environment of the local ``spark-submit`` process. :mod:`~airflow_provider_kappa.engine.submit`
 writes and runs it. Nothing here touches a file or a process (tested per mode in
 ``tests/unit/test_submit_args.py``).
 
@@ -23,7 +23,7 @@ writes and runs it. Nothing here touches a file or a process (tested per mode in
   theirs (:func:`airflow_provider_kappa.spark.settings.read_catalogs_file`). A catalogs file the
   user configures (``job.catalogs_file``, ``spark.kappa.catalogs.ship=false``) is read where it is.
 - **Event logs.** The user's ``spark.eventLog.dir`` (job conf or spark-defaults) is kept; kappa's
-  own folder (``spark.kappa.progress.dir``, :func:`~airflow_provider_kappa.backfill.progress.event_log_conf`)
+  own folder (``spark.kappa.progress.dir``, :func:`~airflow_provider_kappa.engine.progress.event_log_conf`)
   is used only when the user sets none.
 """
 
@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
-from airflow_provider_kappa.backfill.progress import PROGRESS_DIR
+from airflow_provider_kappa.engine.progress import PROGRESS_DIR
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.settings import PREFIX
 
@@ -62,7 +62,7 @@ CATALOGS_SHIP = PREFIX + "catalogs.ship"
 
 SUBMIT_PREFIX = PREFIX + "submit."
 """The job's launch choices carried in the run's conf (``job.deploy_mode``, ``job.python_archive``,
-``job.env``; :func:`airflow_provider_kappa.backfill.launch.submit_keys`): read here, never written out."""
+``job.env``; :func:`airflow_provider_kappa.engine.launch.submit_keys`): read here, never written out."""
 
 _INTERNAL = (PROGRESS_DIR, CATALOGS_SHIP)
 
@@ -337,7 +337,7 @@ def spark_defaults_path(environ: Mapping[str, str] | None = None, home: Path | N
     if environ.get("SPARK_CONF_DIR"):
         return Path(environ["SPARK_CONF_DIR"]) / "spark-defaults.conf"
     if home is None:
-        from airflow_provider_kappa.backfill.class_data_sharing import spark_home
+        from airflow_provider_kappa.engine.class_data_sharing import spark_home
 
         home = spark_home()
     return home / "conf" / "spark-defaults.conf" if home else None

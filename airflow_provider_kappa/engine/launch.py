@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Mapping
 
-from airflow_provider_kappa.backfill.catalogs import catalog_properties
-from airflow_provider_kappa.backfill.config import IcebergSourceConfig, JobConfig, KafkaSourceConfig
-from airflow_provider_kappa.backfill.submit_args import CATALOGS_SHIP, SUBMIT_PREFIX
+from airflow_provider_kappa.engine.submit_args import CATALOGS_SHIP, SUBMIT_PREFIX
+from airflow_provider_kappa.job.catalogs import catalog_properties
+from airflow_provider_kappa.job.checkpoints import live_checkpoint
+from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig, KafkaSourceConfig
 from airflow_provider_kappa.spark.settings import (
     AVAILABLE_NOW,
     BACKFILL,
@@ -94,7 +95,7 @@ def common_conf(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str |
 
 
 def submit_keys(cfg: JobConfig) -> dict[str, str]:
-    """The job's launch choices a spark-submit applies (:func:`~airflow_provider_kappa.backfill.submit_args.submit_args`
+    """The job's launch choices a spark-submit applies (:func:`~airflow_provider_kappa.engine.submit_args.submit_args`
     reads and drops them; they never reach the job): ``spark.kappa.submit.deploy_mode``,
     ``.python_archive``, ``.env.<NAME>``, and ``spark.kappa.catalogs.ship=false`` for a ``job.catalogs_file``.
 
@@ -164,7 +165,7 @@ def live_conf(cfg: JobConfig, catalogs_file: str | Path, checkpoint: str | None 
     :param catalogs_file: path written by :func:`write_catalogs_file`.
     :param checkpoint: checkpoint folder (default ``<checkpoint_root>/<job>/live``).
     """
-    conf = common_conf(cfg, LIVE, checkpoint or f"{cfg.job.checkpoint_root.rstrip('/')}/{cfg.job.name}/live", catalogs_file)
+    conf = common_conf(cfg, LIVE, checkpoint or live_checkpoint(cfg.job.checkpoint_root, cfg.job.name), catalogs_file)
     conf[PREFIX + "trigger"] = PROCESSING_TIME
     conf[PREFIX + "trigger.interval"] = format_duration(cfg.job.live_trigger)
     for name in cfg.job_sources():

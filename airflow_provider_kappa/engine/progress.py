@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 PROGRESS_EVENT = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent"
 RUN_ID = "spark.kappa.run.id"
@@ -27,7 +28,7 @@ _NO_WATERMARK = "1970-01-01T00:00:00.000Z"
 
 PROGRESS_DIR = "spark.kappa.progress.dir"
 """Where a run's progress is read from (kappa's private folder): the event log goes there unless the
-user sets ``spark.eventLog.dir`` (:func:`airflow_provider_kappa.backfill.submit_args.submit_args`)."""
+user sets ``spark.eventLog.dir`` (:func:`airflow_provider_kappa.engine.submit_args.submit_args`)."""
 
 
 def event_log_conf(folder: str | Path) -> dict[str, str]:
@@ -185,7 +186,7 @@ def _events(folder: Path) -> Iterator[dict[str, Any]]:
 def read_progress(folder: str | Path) -> list[dict[str, Any]]:
     """Every ``StreamingQueryProgress`` a run recorded: in the Spark event logs under ``folder``
     (a spark-submit), or, when ``folder`` is a file, one progress JSON per line (the Spark Connect
-    runner's listener, :mod:`airflow_provider_kappa.spark.connect_runner`; a truncated line is left out).
+    runner's listener, :mod:`airflow_provider_kappa.engine.connect_runner`; a truncated line is left out).
 
     :param folder: the ``spark.eventLog.dir`` of the run, or the runner's progress file.
     """

@@ -10,7 +10,7 @@
 Nothing is downloaded while a job or a test runs: :func:`kafka_connector_conf` adds the cached jars as
 local files (``spark.jars``) to the conf of a run that reads Kafka (``kappa run`` with a kafka candidate
 selected, ``kappa land``), for spark-submit and for a local Spark Connect server alike (``spark.jars`` is
-a server key: :class:`~airflow_provider_kappa.backfill.connect.LocalConnectServer` takes it through its
+a server key: :class:`~airflow_provider_kappa.engine.connect_server.LocalConnectServer` takes it through its
 ``conf``). A conf that already brings the connector (``spark.jars.packages`` or ``spark.jars`` naming
 ``spark-sql-kafka``, e.g. a cluster with its own) is left as it is.
 
@@ -20,8 +20,8 @@ Pure Python: no pyspark import.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from airflow_provider_kappa.exceptions import KappaConfigError
 

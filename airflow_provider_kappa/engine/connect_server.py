@@ -1,4 +1,4 @@
-"""The Spark Connect engine (``job.engine: connect``): slices as client sessions of one server.
+"""The Spark Connect server of engine ``connect``: where it is and the one kappa starts and owns.
 
 - Where the server is: :func:`configured_url` (``job.connect.url``, or an Airflow ``spark_connect``
   connection through the Spark provider's ``SparkConnectHook``), else a server kappa starts and
@@ -7,14 +7,7 @@
 - A kappa-owned server is described by a small JSON state file ``{"url", "pid", "start_ticks",
   "log"}`` so another process (an Airflow task) can find it, check it (:func:`read_state`,
   :meth:`ServerState.alive`) and restart it (:func:`ensure_server`).
-- :func:`run_application` runs the job's unchanged application once as a session
-  (:mod:`airflow_provider_kappa.spark.connect_runner` in a child Python), the session conf in a 0600
-  JSON file, and returns the run's ``StreamingQueryProgress`` records.
 
-Only the session keys (``spark.kappa.*`` and runtime ``spark.sql.*``) can change per session
-(:func:`split_conf`); the job's other ``spark_conf`` keys go to a local server when it starts, and
-a given server keeps its own (a warning says which). Catalog credentials stay in the 0600 catalogs
-file whose path the conf carries; a server URL holding a token goes to the runner by environment.
 No Airflow import at module level (only :func:`configured_url` imports the hook).
 """
 
@@ -23,38 +16,36 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from airflow_provider_kappa.backfill.config import JobConfig
-from airflow_provider_kappa.backfill.processes import RUNNING, child_options
-from airflow_provider_kappa.backfill.processes import start_ticks as _start_ticks
-from airflow_provider_kappa.backfill.submit import spark_env, write_properties_file
+from airflow_provider_kappa.engine.processes import child_options
+from airflow_provider_kappa.engine.processes import start_ticks as _start_ticks
+from airflow_provider_kappa.engine.submit import spark_env, write_properties_file
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError
+from airflow_provider_kappa.job.config import JobConfig
 from airflow_provider_kappa.spark.conf_keys import PREFIX
 from airflow_provider_kappa.spark.warm_daemon import SOCKET_ENV
+
+log = logging.getLogger(__name__)
 
 WARM_DAEMON_MODULE = "airflow_provider_kappa.spark.warm_daemon"
 #: Set to ``1`` to start local servers with the warm daemon (opt-in while it gets more mileage:
 #: benchmarks/README.md measures ~6 s -> ~2 s of fixed cost per slice); unset or ``0``: Spark's own.
 WARM_DAEMON_ENV = "KAPPA_WARM_DAEMON"
-
-log = logging.getLogger(__name__)
-
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STARTED_LINE = "Spark Connect server started"
-RUNNER_MODULE = "airflow_provider_kappa.spark.connect_runner"
 #: Static SQL confs (set only when a Spark application starts), though named ``spark.sql.*``.
 STATIC_SQL_PREFIXES = (
     "spark.sql.extensions",
@@ -396,180 +387,3 @@ def ensure_server(cfg: JobConfig, state_file: Path) -> ServerState:
     return server.state
 
 
-# --------------------------------------------------------------------------- one run
-
-
-def with_session_id(url: str, session_id: str) -> str:
-    """``url`` (``sc://host:port[/;params]``) with its ``session_id`` parameter set to ``session_id``."""
-    base, _, params = url.partition(";")
-    kept = [p for p in params.split(";") if p and not p.startswith("session_id=")]
-    return base.rstrip("/") + "/;" + ";".join([*kept, f"session_id={session_id}"])
-
-
-def stop_session(url: str, session_id: str, timeout: float = 60.0) -> None:
-    """Release Spark Connect session ``session_id`` of the server at ``url``: its streaming queries
-    are stopped and its running operations interrupted inside the server (a runner that was killed
-    leaves them running). A session already closed is fine.
-
-    :param url: the server's ``sc://`` URL (a token in it goes by environment).
-    :param session_id: the session to end.
-    :param timeout: seconds to wait for the stop.
-    :raises KappaEngineError: the stop failed or did not end in time.
-    """
-    cmd = [sys.executable, "-m", RUNNER_MODULE, "--stop-session"]
-    env = {**os.environ, **spark_env(), "SPARK_REMOTE": with_session_id(url, session_id)}
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        raise KappaEngineError(f"Spark Connect session {session_id} on {redact_url(url)}: not stopped within {timeout:.0f}s") from e
-    if done.returncode != 0:
-        raise KappaEngineError(
-            f"Spark Connect session {session_id} on {redact_url(url)} could not be stopped (exit code {done.returncode}): "
-            + "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
-        )
-    log.info("Spark Connect session %s on %s released", session_id, redact_url(url))
-
-
-def stop_run(proc: subprocess.Popen[bytes], url: str, session_id: str, grace: float = 20.0) -> None:
-    """End a runner and its session: SIGTERM (the runner stops its queries and the session), and if
-    it is not gone after ``grace`` seconds, SIGKILL it and release the session from here
-    (:func:`stop_session`)."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    elif proc.returncode == 0:
-        return
-    stop_session(url, session_id)
-
-
-def write_conf_file(conf: Mapping[str, str], path: Path) -> Path:
-    """Write a session's conf as JSON with mode 0600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(dict(conf), fh)
-    return path
-
-
-def run_application(
-    application: str | Path,
-    conf: Mapping[str, str],
-    *,
-    url: str,
-    work: Path,
-    name: str,
-    server_alive: Callable[[], bool] | None = None,
-    owned: bool = False,
-    session_id: str | None = None,
-) -> list[dict[str, Any]]:
-    """Run ``application`` once as a Spark Connect session of the server at ``url``.
-
-    :param application: the job's Python file.
-    :param conf: the run's whole conf; its session keys are set (:func:`split_conf`), the others are
-        the server's and only logged by name when they are left out.
-    :param url: the server's ``sc://`` URL (given to the runner by environment).
-    :param work: a private folder (the 0600 conf file and the progress file go there).
-    :param name: the run's name, for logs.
-    :param server_alive: checked every second when given: a server that goes away ends the run
-        at once instead of after the client's retries.
-    :param owned: the server is kappa's own (:class:`LocalConnectServer`), started with the job's
-        server keys: they are not reported as left out.
-    :param session_id: the session's id (a UUID; default a new one): the session the runner opens,
-        and the one :func:`stop_session` ends if the runner cannot.
-    :returns: the ``StreamingQueryProgress`` records of the run, in order.
-    :raises KappaEngineError: the session fails (the tail of its output in the message) or the server goes away.
-
-    The runner dies with this process (SIGTERM by parent-death signal: it stops its queries and
-    session). When this call ends by an exception (a task's timeout, Ctrl-C) or this process's
-    :func:`~airflow_provider_kappa.backfill.processes.stop_running` (an Airflow task's ``on_kill``),
-    the runner is stopped and, if it does not end by itself, the session is released from here:
-    its queries stop inside the server.
-    """
-    if not Path(application).is_file():
-        raise KappaConfigError(f"job.application: {str(application)!r} does not exist")
-    session, server_only = split_conf(conf)
-    if server_only and not owned:
-        log.warning(
-            "%s: conf key(s) %s cannot be set per Spark Connect session; the server's own values apply",
-            name, sorted(server_only),
-        )  # fmt: skip
-    conf_file = write_conf_file(session, work / "session-conf.json")
-    progress_file = work / "progress.jsonl"
-    cmd = [sys.executable, "-m", RUNNER_MODULE, "--conf-file", str(conf_file), "--progress-file", str(progress_file), str(application)]
-    session_id = session_id or str(uuid.uuid4())
-    env = {**os.environ, **spark_env(), "SPARK_REMOTE": with_session_id(url, session_id)}
-    log.info("%s: Spark Connect session %s on %s: %s", name, session_id, redact_url(url), " ".join(cmd))
-    tail: deque[str] = deque(maxlen=40)
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, **child_options(signal.SIGTERM)
-    )
-
-    def stop() -> None:
-        stop_run(proc, url, session_id)
-
-    with RUNNING.run(f"Spark Connect session {session_id} ({name})", stop):
-        try:
-            gone = _follow(proc, tail, name, url, server_alive)
-        except BaseException:
-            stop()
-            raise
-    code = proc.wait()
-    if gone is not None:
-        raise KappaEngineError(f"{name}: the Spark Connect server at {redact_url(url)} went away during the run")
-    if code < 0:  # the runner was killed by a signal: its queries may still run inside the server
-        try:
-            stop_session(url, session_id)
-        except KappaEngineError as e:
-            raise KappaEngineError(
-                f"{name}: the Spark Connect runner was killed by signal {-code} and its session {session_id} could not "
-                f"be released (its query may still run in the server; the next attempt's epoch refuses its commits): {e}"
-            ) from e
-    if code != 0:
-        last = "\n".join(list(tail)[-15:])
-        raise KappaEngineError(
-            f"{name}: the Spark Connect session on {redact_url(url)} failed (exit code {code}); last lines:\n{last}"
-        )
-    from airflow_provider_kappa.backfill.progress import read_progress
-
-    return read_progress(progress_file)
-
-
-def _follow(
-    proc: subprocess.Popen[bytes], tail: deque[str], name: str, url: str, server_alive: Callable[[], bool] | None
-) -> float | None:
-    """Log the runner's output until it ends; return when the server was found gone (``None``: it was not)."""
-    gone: float | None = None
-    assert proc.stdout is not None
-    os.set_blocking(proc.stdout.fileno(), False)
-    pending = b""
-    last_check = time.monotonic()
-    while True:
-        chunk = proc.stdout.read()
-        if chunk:
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for raw in lines:
-                line = raw.decode("utf-8", "replace").rstrip()
-                tail.append(line)
-                log.info("%s", line)
-        elif proc.poll() is not None:
-            break
-        else:
-            time.sleep(0.05)
-        if gone is not None and time.monotonic() - gone > 15:
-            proc.kill()  # its client retrying the dead server
-        elif gone is None and server_alive is not None and time.monotonic() - last_check > 1.0:
-            last_check = time.monotonic()
-            if not server_alive():
-                gone = time.monotonic()
-                log.warning("%s: the Spark Connect server at %s is gone; ending the session", name, redact_url(url))
-                proc.terminate()
-    if pending:
-        tail.append(pending.decode("utf-8", "replace"))
-        log.info("%s", tail[-1])
-    return gone

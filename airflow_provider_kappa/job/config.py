@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.job.checkpoints import ledger_folder
 from airflow_provider_kappa.timeparse import parse_duration
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -353,7 +355,7 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         env=j.mapping("env"),
         catalogs_file=_local_or_url(j.text("catalogs_file", required=False), path),
         ledger=_local_or_url(j.text("ledger", required=False), path)
-        or f"{checkpoint_root.rstrip('/')}/{j.text('name')}/ledger",
+        or ledger_folder(checkpoint_root, j.text("name")),
     )
 
     catalogs: dict[str, CatalogConfig] = {}

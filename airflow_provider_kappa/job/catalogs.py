@@ -10,15 +10,16 @@ kappa.yaml name (pyiceberg's SqlCatalog keys its tables by that name), by
 :func:`airflow_provider_kappa.spark.catalog.load_catalog`, cached per process.
 
 Credentials: properties are used in this process and written only to a run's 0600 catalogs
-file (:func:`airflow_provider_kappa.backfill.launch.write_catalogs_file`); nothing here logs
+file (:func:`airflow_provider_kappa.engine.launch.write_catalogs_file`); nothing here logs
 them, and a catalog that cannot be loaded is reported with its secrets masked.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from airflow_provider_kappa.backfill.config import JobConfig
+from airflow_provider_kappa.job.config import JobConfig
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

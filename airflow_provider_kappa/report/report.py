@@ -15,7 +15,7 @@ on any filesystem the checkpoints live on. What:
 - samples of rows found on one side only.
 
 Axis labels never overlap: a tick step is the shortest round duration (or 1-2-5 count) whose
-labels, at their widest, fit between neighbours (:mod:`~airflow_provider_kappa.backfill.timeaxis`).
+labels, at their widest, fit between neighbours (:mod:`~airflow_provider_kappa.timeaxis`).
 Label widths are estimated with :data:`CHAR_PX` per character at :data:`FONT_PX` (generous for
 common sans-serif fonts). The drawing helpers (:func:`window_chart`, :func:`timeline_chart`,
 :func:`bar_rows_chart`, :func:`page`) are also what the demo's report draws with.
@@ -26,11 +26,12 @@ from __future__ import annotations
 import html
 import json
 import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kappa.backfill.timeaxis import (
+from airflow_provider_kappa.timeaxis import (
     SECOND,
     count_label,
     count_ticks,
@@ -42,15 +43,14 @@ from airflow_provider_kappa.backfill.timeaxis import (
 from airflow_provider_kappa.timeparse import from_micros, parse_timestamp, to_micros
 
 if TYPE_CHECKING:
-    from airflow_provider_kappa.backfill.checkpoints import CheckpointStore
+    from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.backfill.plan import BackfillPlan
-    from airflow_provider_kappa.backfill.steps import Backfill
     from airflow_provider_kappa.backfill.validate import ValidationReport
+    from airflow_provider_kappa.job.checkpoints import CheckpointStore
 
 log = logging.getLogger(__name__)
 
 #: File name of the report in the backfill's checkpoint folder.
-REPORT_FILE = "report.html"
 #: Axis label font size and the width estimated per character (px): wider than DejaVu Sans'
 #: digits (0.64 em), so that an estimate never falls short of the drawn label.
 FONT_PX = 11
@@ -64,14 +64,6 @@ DIFF = "#dc2626"
 BAND = "#fee2e2"
 #: Windows drawn with a hover box of their own, at most (beyond, only differing runs have one).
 HOVER_WINDOWS = 1200
-
-
-def report_file(store: CheckpointStore) -> str:
-    """``<backfill folder>/report.html``: where a backfill's report is written.
-
-    :param store: the backfill's checkpoint store (``Backfill.store()``).
-    """
-    return f"{store.root}/{REPORT_FILE}"
 
 
 def text_px(text: str, font_px: float = FONT_PX) -> float:
@@ -807,7 +799,7 @@ def report_page(bf: Backfill, plan: BackfillPlan, reports: Mapping[str, Validati
 
 
 def write_report(bf: Backfill, plan: BackfillPlan, reports: Mapping[str, ValidationReport | Mapping[str, Any]]) -> str:
-    """Write the report of ``bf`` to :func:`report_file` (replacing an earlier one); return where.
+    """Write the report of ``bf`` to its checkpoint folder (:meth:`~airflow_provider_kappa.job.checkpoints.CheckpointStore.report_file`; replacing an earlier one); return where.
 
     :param bf: the backfill.
     :param plan: its plan.
@@ -815,7 +807,7 @@ def write_report(bf: Backfill, plan: BackfillPlan, reports: Mapping[str, Validat
     """
     from airflow_provider_kappa.spark.storage import filesystem, write_text
 
-    uri = report_file(bf.store())
+    uri = bf.store().report_file()
     fs, path = filesystem(uri, "backfill report")
     write_text(fs, path, report_page(bf, plan, reports).render())
     log.info("backfill %s: report written to %s", bf.id, uri)

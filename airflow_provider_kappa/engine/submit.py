@@ -4,7 +4,7 @@ The whole ``spark.*`` conf, the platform's ``spark-defaults.conf`` merged in, go
 file readable by its owner only, so the command line shows only the master, the deploy mode, the
 application and that path. What goes where per master and deploy mode (Python, environment, the
 shipped catalogs file, event logs) is decided by the pure
-:func:`~airflow_provider_kappa.backfill.submit_args.submit_args`. Outside an Airflow deployment
+:func:`~airflow_provider_kappa.engine.submit_args.submit_args`. Outside an Airflow deployment
 (the CLI) the Spark connection is an in-process one whose host is the job's master.
 """
 
@@ -17,11 +17,13 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_kappa.backfill.progress import PROGRESS_DIR, RUN_ID, collect_progress
-from airflow_provider_kappa.backfill.submit_args import (
+from airflow_provider_kappa.engine.base import Engine, SliceRunRequest
+from airflow_provider_kappa.engine.progress import PROGRESS_DIR, RUN_ID, collect_progress, event_log_conf, read_progress
+from airflow_provider_kappa.engine.submit_args import (
     DRIVER_PYTHON,
     PYTHON,
     SUBMIT_PREFIX,
@@ -35,6 +37,9 @@ from airflow_provider_kappa.backfill.submit_args import (
 log = logging.getLogger(__name__)
 
 LOCAL_CONN_ID = "kappa_local_spark"
+
+if TYPE_CHECKING:
+    from airflow_provider_kappa.job.config import JobConfig
 
 
 def write_properties_file(conf: Mapping[str, str], path: str | Path) -> Path:
@@ -60,7 +65,7 @@ def spark_env() -> dict[str, str]:
     """Environment of a Spark process kappa runs on this machine with a local master (a local Spark
     Connect server): this interpreter for Python workers, loopback for Spark's own addresses, and
     this venv's ``bin`` (spark-submit) first. spark-submit's own comes from
-    :func:`~airflow_provider_kappa.backfill.submit_args.submit_args`."""
+    :func:`~airflow_provider_kappa.engine.submit_args.submit_args`."""
     venv_bin = str(Path(sys.executable).parent)
     return {
         "PYSPARK_PYTHON": sys.executable,
@@ -90,7 +95,7 @@ def submit(
     :param master: Spark master when no ``conn_id`` is given (e.g. ``local[*]``).
     :param conn_id: an Airflow Spark connection; its master wins over ``master``.
     :param class_data_sharing: map (or, on a machine's first run, write) the driver JVM's
-        class archive (:mod:`airflow_provider_kappa.backfill.class_data_sharing`; ``job.class_data_sharing``).
+        class archive (:mod:`airflow_provider_kappa.engine.class_data_sharing`; ``job.class_data_sharing``).
     :param application_args: arguments of the application.
     """
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -136,7 +141,7 @@ def submit(
     )  # fmt: skip
     sharing = None
     if class_data_sharing:
-        from airflow_provider_kappa.backfill.class_data_sharing import plan
+        from airflow_provider_kappa.engine.class_data_sharing import plan
 
         sharing = plan(args.conf, driver_on_cluster=args.deploy_mode == "cluster")
     write_properties_file(sharing.conf if sharing else args.conf, properties_file)
@@ -148,11 +153,11 @@ def submit(
             (cwd / link).unlink(missing_ok=True)
             (cwd / link).symlink_to(target, target_is_directory=True)
         popen["cwd"] = str(cwd)
-    from airflow_provider_kappa.backfill.processes import RUNNING, child_options
+    from airflow_provider_kappa.engine.processes import RUNNING, child_options
 
     began = time.time()
     try:
-        # own process group, SIGKILLed by the kernel if this process dies (backfill/processes.py)
+        # own process group, SIGKILLed by the kernel if this process dies (engine/processes.py)
         with RUNNING.run(f"spark-submit {name}", lambda: stop_submit(hook)):
             hook.submit(application=str(application), **popen, **child_options())
     except BaseException:
@@ -189,7 +194,7 @@ def stop_submit(hook: Any, timeout: float = 60.0) -> None:
 
     :param hook: the ``SparkSubmitHook`` whose process to stop.
     """
-    from airflow_provider_kappa.backfill.processes import stop_process_group
+    from airflow_provider_kappa.engine.processes import stop_process_group
 
     # SparkSubmitHook's public on_kill() SIGKILLs the spark-submit alone at once; a graceful stop of
     # the whole tree needs SIGTERM first and its process group after, so this reads the hook's
@@ -203,3 +208,35 @@ def stop_submit(hook: Any, timeout: float = 60.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+class SubmitEngine(Engine):
+    """Engine ``submit``: every slice is one spark-submit through SparkSubmitHook, its progress
+    read back from the run's own event log.
+
+    :param cfg: the job config (``job.master``, ``job.class_data_sharing``).
+    :param conn_id: an Airflow Spark connection to submit through (default: ``job.master``).
+    :param submit_fn: replaces :func:`submit` (tests).
+    """
+
+    name = "submit"
+
+    def __init__(self, cfg: JobConfig, *, conn_id: str | None = None, submit_fn: Callable[..., None] | None = None) -> None:
+        self.cfg = cfg
+        self.conn_id = conn_id
+        self.submit_fn = submit_fn or submit
+
+    def run(self, request: SliceRunRequest) -> list[dict[str, Any]]:
+        """One spark-submit of the slice; see :meth:`Engine.run`."""
+        events = request.private / "eventlog"
+        events.mkdir()
+        self.submit_fn(
+            request.application,
+            {**request.conf, **event_log_conf(events)},
+            properties_file=request.private / "spark.properties",
+            name=request.name,
+            master=self.cfg.job.master,
+            conn_id=self.conn_id,
+            class_data_sharing=self.cfg.job.class_data_sharing,
+        )
+        return read_progress(events)

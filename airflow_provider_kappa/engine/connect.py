@@ -1,0 +1,366 @@
+"""The Spark Connect engine (``job.engine: connect``): slices as client sessions of one server.
+
+- :class:`ConnectEngine`: the engine (start and warm a kappa-owned server, run a slice as a
+  session, release a previous attempt's session, stop). Where the server comes from, and the
+  server kappa owns, are :mod:`~airflow_provider_kappa.engine.connect_server`'s.
+- :func:`run_application` runs the job's unchanged application once as a session
+  (:mod:`airflow_provider_kappa.engine.connect_runner` in a child Python), the session conf in a 0600
+  JSON file, and returns the run's ``StreamingQueryProgress`` records.
+
+Only the session keys (``spark.kappa.*`` and runtime ``spark.sql.*``) can change per session
+(:func:`split_conf`); the job's other ``spark_conf`` keys go to a local server when it starts, and
+a given server keeps its own (a warning says which). Catalog credentials stay in the 0600 catalogs
+file whose path the conf carries; a server URL holding a token goes to the runner by environment.
+No Airflow import at module level (only :func:`configured_url` imports the hook).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_kappa.engine.base import Engine, SliceRunRequest
+from airflow_provider_kappa.engine.connect_server import (
+    LocalConnectServer,
+    configured_url,
+    ensure_server,
+    read_state,
+    redact_url,
+    split_conf,
+)
+from airflow_provider_kappa.engine.processes import RUNNING, child_options
+from airflow_provider_kappa.engine.progress import read_progress
+from airflow_provider_kappa.engine.submit import spark_env
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError
+from airflow_provider_kappa.job.checkpoints import CheckpointStore
+from airflow_provider_kappa.job.config import JobConfig
+
+log = logging.getLogger(__name__)
+
+RUNNER_MODULE = "airflow_provider_kappa.engine.connect_runner"
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def with_session_id(url: str, session_id: str) -> str:
+    """``url`` (``sc://host:port[/;params]``) with its ``session_id`` parameter set to ``session_id``."""
+    base, _, params = url.partition(";")
+    kept = [p for p in params.split(";") if p and not p.startswith("session_id=")]
+    return base.rstrip("/") + "/;" + ";".join([*kept, f"session_id={session_id}"])
+
+
+def stop_session(url: str, session_id: str, timeout: float = 60.0) -> None:
+    """Release Spark Connect session ``session_id`` of the server at ``url``: its streaming queries
+    are stopped and its running operations interrupted inside the server (a runner that was killed
+    leaves them running). A session already closed is fine.
+
+    :param url: the server's ``sc://`` URL (a token in it goes by environment).
+    :param session_id: the session to end.
+    :param timeout: seconds to wait for the stop.
+    :raises KappaEngineError: the stop failed or did not end in time.
+    """
+    cmd = [sys.executable, "-m", RUNNER_MODULE, "--stop-session"]
+    env = {**os.environ, **spark_env(), "SPARK_REMOTE": with_session_id(url, session_id)}
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise KappaEngineError(f"Spark Connect session {session_id} on {redact_url(url)}: not stopped within {timeout:.0f}s") from e
+    if done.returncode != 0:
+        raise KappaEngineError(
+            f"Spark Connect session {session_id} on {redact_url(url)} could not be stopped (exit code {done.returncode}): "
+            + "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
+        )
+    log.info("Spark Connect session %s on %s released", session_id, redact_url(url))
+
+
+def stop_run(proc: subprocess.Popen[bytes], url: str, session_id: str, grace: float = 20.0) -> None:
+    """End a runner and its session: SIGTERM (the runner stops its queries and the session), and if
+    it is not gone after ``grace`` seconds, SIGKILL it and release the session from here
+    (:func:`stop_session`)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    elif proc.returncode == 0:
+        return
+    stop_session(url, session_id)
+
+
+def write_conf_file(conf: Mapping[str, str], path: Path) -> Path:
+    """Write a session's conf as JSON with mode 0600."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(dict(conf), fh)
+    return path
+
+
+def run_application(
+    application: str | Path,
+    conf: Mapping[str, str],
+    *,
+    url: str,
+    work: Path,
+    name: str,
+    server_alive: Callable[[], bool] | None = None,
+    owned: bool = False,
+    session_id: str | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``application`` once as a Spark Connect session of the server at ``url``.
+
+    :param application: the job's Python file.
+    :param conf: the run's whole conf; its session keys are set (:func:`split_conf`), the others are
+        the server's and only logged by name when they are left out.
+    :param url: the server's ``sc://`` URL (given to the runner by environment).
+    :param work: a private folder (the 0600 conf file and the progress file go there).
+    :param name: the run's name, for logs.
+    :param server_alive: checked every second when given: a server that goes away ends the run
+        at once instead of after the client's retries.
+    :param owned: the server is kappa's own (:class:`LocalConnectServer`), started with the job's
+        server keys: they are not reported as left out.
+    :param session_id: the session's id (a UUID; default a new one): the session the runner opens,
+        and the one :func:`stop_session` ends if the runner cannot.
+    :returns: the ``StreamingQueryProgress`` records of the run, in order.
+    :raises KappaEngineError: the session fails (the tail of its output in the message) or the server goes away.
+
+    The runner dies with this process (SIGTERM by parent-death signal: it stops its queries and
+    session). When this call ends by an exception (a task's timeout, Ctrl-C) or this process's
+    :func:`~airflow_provider_kappa.engine.processes.stop_running` (an Airflow task's ``on_kill``),
+    the runner is stopped and, if it does not end by itself, the session is released from here:
+    its queries stop inside the server.
+    """
+    if not Path(application).is_file():
+        raise KappaConfigError(f"job.application: {str(application)!r} does not exist")
+    session, server_only = split_conf(conf)
+    if server_only and not owned:
+        log.warning(
+            "%s: conf key(s) %s cannot be set per Spark Connect session; the server's own values apply",
+            name, sorted(server_only),
+        )  # fmt: skip
+    conf_file = write_conf_file(session, work / "session-conf.json")
+    progress_file = work / "progress.jsonl"
+    cmd = [sys.executable, "-m", RUNNER_MODULE, "--conf-file", str(conf_file), "--progress-file", str(progress_file), str(application)]
+    session_id = session_id or str(uuid.uuid4())
+    env = {**os.environ, **spark_env(), "SPARK_REMOTE": with_session_id(url, session_id)}
+    log.info("%s: Spark Connect session %s on %s: %s", name, session_id, redact_url(url), " ".join(cmd))
+    tail: deque[str] = deque(maxlen=40)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, **child_options(signal.SIGTERM)
+    )
+
+    def stop() -> None:
+        stop_run(proc, url, session_id)
+
+    with RUNNING.run(f"Spark Connect session {session_id} ({name})", stop):
+        try:
+            gone = _follow(proc, tail, name, url, server_alive)
+        except BaseException:
+            stop()
+            raise
+    code = proc.wait()
+    if gone is not None:
+        raise KappaEngineError(f"{name}: the Spark Connect server at {redact_url(url)} went away during the run")
+    if code < 0:  # the runner was killed by a signal: its queries may still run inside the server
+        try:
+            stop_session(url, session_id)
+        except KappaEngineError as e:
+            raise KappaEngineError(
+                f"{name}: the Spark Connect runner was killed by signal {-code} and its session {session_id} could not "
+                f"be released (its query may still run in the server; the next attempt's epoch refuses its commits): {e}"
+            ) from e
+    if code != 0:
+        last = "\n".join(list(tail)[-15:])
+        raise KappaEngineError(
+            f"{name}: the Spark Connect session on {redact_url(url)} failed (exit code {code}); last lines:\n{last}"
+        )
+    return read_progress(progress_file)
+
+
+def _follow(
+    proc: subprocess.Popen[bytes], tail: deque[str], name: str, url: str, server_alive: Callable[[], bool] | None
+) -> float | None:
+    """Log the runner's output until it ends; return when the server was found gone (``None``: it was not)."""
+    gone: float | None = None
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    pending = b""
+    last_check = time.monotonic()
+    while True:
+        chunk = proc.stdout.read()
+        if chunk:
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                line = raw.decode("utf-8", "replace").rstrip()
+                tail.append(line)
+                log.info("%s", line)
+        elif proc.poll() is not None:
+            break
+        else:
+            time.sleep(0.05)
+        if gone is not None and time.monotonic() - gone > 15:
+            proc.kill()  # its client retrying the dead server
+        elif gone is None and server_alive is not None and time.monotonic() - last_check > 1.0:
+            last_check = time.monotonic()
+            if not server_alive():
+                gone = time.monotonic()
+                log.warning("%s: the Spark Connect server at %s is gone; ending the session", name, redact_url(url))
+                proc.terminate()
+    if pending:
+        tail.append(pending.decode("utf-8", "replace"))
+        log.info("%s", tail[-1])
+    return gone
+
+
+class ConnectEngine(Engine):
+    """Engine ``connect``: every slice is one session of a Spark Connect server.
+
+    The server: ``url`` when given, else ``job.connect``'s (:func:`configured_url`), else the
+    kappa-owned server recorded in ``state_file`` (restarted there if it is gone). :meth:`start`
+    starts that owned server and warms it with a tiny query, so the first slice does not pay for
+    the JVM's start; without it (an Airflow slice task whose setup task started the server) a slice
+    finding no server at all starts one for itself alone, a Spark start per slice.
+
+    :param cfg: the job config.
+    :param state_file: the state file of the server kappa owns for this backfill
+        (:func:`~airflow_provider_kappa.job.checkpoints.connect_state_path`).
+    :param store: the backfill's checkpoint folders: each attempt's session is recorded there, so
+        the next attempt of the slice can release it (:meth:`before_attempt`).
+    :param url: the server to use (default: as above).
+    """
+
+    name = "connect"
+
+    def __init__(self, cfg: JobConfig, *, state_file: Path, store: CheckpointStore, url: str | None = None) -> None:
+        self.cfg = cfg
+        self.state_file = state_file
+        self.store = store
+        self.url = url
+        self._owned: LocalConnectServer | None = None
+
+    def server_url(self) -> str | None:
+        """The server the slices run on now, ``None`` when there is none yet."""
+        url = self.url or configured_url(self.cfg)
+        if url is None:
+            state = read_state(self.state_file)
+            url = state.url if state is not None and state.alive() else None
+        return url
+
+    def start(self) -> None:
+        """Start the kappa-owned local server unless a server is given (``url``, ``job.connect``)
+        or already running, then warm it; idempotent."""
+        if self.url or configured_url(self.cfg) or self._owned is not None:
+            return
+        state = read_state(self.state_file)
+        if state is not None and state.alive():
+            return
+        self._owned = LocalConnectServer(self.cfg, self.state_file.parent, state_file=self.state_file, die_with_parent=True)
+        self._owned.start()
+        warm(self._owned.url)
+
+    @property
+    def owned_server(self) -> LocalConnectServer | None:
+        """The server :meth:`start` started, if it did."""
+        return self._owned
+
+    def stop(self) -> None:
+        """Stop the server :meth:`start` started (a given or configured server is never stopped)."""
+        if self._owned is not None:
+            self._owned.stop()
+            self._owned = None
+
+    def before_attempt(self, slice_id: str) -> None:
+        """Release the Spark Connect session of ``slice_id``'s previous attempt if it ran on the same
+        server (its runner may have been killed, leaving its query running inside the server). The
+        epoch taken next fences that query's commits out anyway; this stops it spending the server's
+        cores."""
+        previous = self.store.session(slice_id)
+        if not previous:
+            return
+        url = self.server_url()
+        if url is None or redact_url(url) != previous.get("server"):
+            return
+        try:
+            stop_session(url, str(previous["session_id"]))
+        except KappaEngineError as e:
+            # Not fatal on purpose: the epoch taken next fences that session's query out whatever it
+            # does; the retry must not fail because an old session could not be reached.
+            log.warning("slice %s: the previous attempt's Spark Connect session was not stopped: %s", slice_id, e)
+
+    def run(self, request: SliceRunRequest) -> list[dict[str, Any]]:
+        """One session of the slice; see :meth:`Engine.run`."""
+        url = self.url or configured_url(self.cfg)
+        if url is None and self.state_file.is_file():
+            url = ensure_server(self.cfg, self.state_file).url
+        session_id = str(uuid.uuid4())
+        if url is None:
+            log.warning(
+                "slice %s: no Spark Connect server (no job.connect, no server state file %s): starting one for this "
+                "slice alone, a Spark start per slice; kappa backfill and the DAG's setup task start one per backfill",
+                request.slice_id,
+                self.state_file,
+            )
+            with LocalConnectServer(self.cfg, request.private / "server", die_with_parent=True) as server:
+                return run_application(
+                    request.application,
+                    request.conf,
+                    url=server.url,
+                    work=request.private,
+                    name=request.name,
+                    server_alive=server.alive,
+                    owned=True,
+                    session_id=session_id,
+                )
+        self.store.record_session(request.slice_id, request.epoch, {"server": redact_url(url), "session_id": session_id})
+        state = read_state(self.state_file)
+        owned = state is not None and state.url == url
+        progress = run_application(
+            request.application,
+            request.conf,
+            url=url,
+            work=request.private,
+            name=request.name,
+            server_alive=state.alive if owned and state else None,
+            owned=owned,
+            session_id=session_id,
+        )
+        self.store.record_session(request.slice_id, request.epoch, None)  # released: nothing for the next attempt to stop
+        return progress
+
+
+def warm(url: str, timeout: float = 120.0) -> None:
+    """Run a tiny query with a Python UDF on the server at ``url`` (a runner child), so its JVM's
+    first query, code generation and Python worker start are paid before the first slice. A failed
+    warm-up is logged, not raised: the first slice then pays for it, and says why if it fails too."""
+    began = time.monotonic()
+    env = {**os.environ, **spark_env(), "SPARK_REMOTE": url}
+    cmd = [sys.executable, "-m", RUNNER_MODULE, "--warm"]
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        log.warning("Spark Connect server %s: warm-up query not done within %.0fs", redact_url(url), timeout)
+        return
+    if done.returncode != 0:
+        log.warning(
+            "Spark Connect server %s: warm-up query failed (exit code %d): %s",
+            redact_url(url),
+            done.returncode,
+            " ".join((done.stdout + done.stderr).strip().splitlines()[-3:]),
+        )
+        return
+    log.info("Spark Connect server %s warmed in %.1fs", redact_url(url), time.monotonic() - began)
