@@ -172,13 +172,20 @@ def kappa_backfill_dag(
             task_id=PARALLEL_TASK, max_active_tis_per_dagrun=max_parallel_slices, **slice_args
         ).expand(slice_plan=plan.output)
         validate = KappaValidateOperator(
-            task_id="validate", config_path=path, plan=plan.output, trigger_rule="none_failed_min_one_success",
+            task_id="validate",
+            config_path=path,
+            plan=plan.output,
+            trigger_rule="none_failed_min_one_success",
             **retries,
-        )  # fmt: skip
+        )
         publish = KappaPublishOperator(
-            task_id="publish", config_path=path, plan=plan.output, report=validate.output,
-            outlets=list(sink_assets(cfg).values()), **retries,
-        )  # fmt: skip
+            task_id="publish",
+            config_path=path,
+            plan=plan.output,
+            report=validate.output,
+            outlets=list(sink_assets(cfg).values()),
+            **retries,
+        )
         cleanup = KappaCleanupOperator(
             task_id="cleanup", config_path=path, trigger_rule="none_failed", retries=step_retries
         )  # after a publish, or a dry run's skipped one: job.retention applied to the job's backfills
@@ -189,9 +196,9 @@ def kappa_backfill_dag(
             start = KappaConnectServerOperator(
                 task_id="connect_server_start", config_path=path, action=START, **retries
             )
-            stop = KappaConnectServerOperator(
-                task_id="connect_server_stop", config_path=path, action=STOP
-            ).as_teardown(setups=start)
+            stop = KappaConnectServerOperator(task_id="connect_server_stop", config_path=path, action=STOP).as_teardown(
+                setups=start
+            )
             plan >> start >> [sequential, parallel] >> stop
             stop >> cleanup  # the server stopped first: a backfill whose server runs is not cleaned up
     return dag

@@ -77,8 +77,19 @@ PERMANENT_OS_ERRORS: tuple[type[OSError], ...] = (
 )
 
 #: errno values of an OSError that are configuration, whatever its class.
-PERMANENT_ERRNOS = frozenset({errno.ENOENT, errno.EEXIST, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR,
-                              errno.EINVAL, errno.ENAMETOOLONG, errno.EROFS})  # fmt: skip
+PERMANENT_ERRNOS = frozenset(
+    {
+        errno.ENOENT,
+        errno.EEXIST,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EISDIR,
+        errno.ENOTDIR,
+        errno.EINVAL,
+        errno.ENAMETOOLONG,
+        errno.EROFS,
+    }
+)
 
 #: OSError subclasses of libraries that are bad input, not unavailable storage (pyarrow's
 #: ``ArrowInvalid`` is a ValueError; these two are not, but say the data or call is wrong).
@@ -168,9 +179,7 @@ RETRY_ATTEMPTS = 3
 RETRY_DELAY = 2.0
 
 
-def retry_transient(
-    fn: Callable[[], T], what: str, *, attempts: int = RETRY_ATTEMPTS, delay: float = RETRY_DELAY
-) -> T:
+def retry_transient(fn: Callable[[], T], what: str, *, attempts: int = RETRY_ATTEMPTS, delay: float = RETRY_DELAY) -> T:
     """Call ``fn``, again (after ``delay``, then twice as long, …) while it fails with a transient
     fault (:func:`transient_cause`), at most ``attempts`` times; a permanent error, or the last
     transient one, is raised as it is. Only for steps that are safe to repeat (idempotent).
@@ -187,6 +196,8 @@ def retry_transient(
             cause = transient_cause(e)
             if cause is None or attempt >= attempts:
                 raise
-            log.warning("%s: transient fault (%s), attempt %d of %d; retrying", what, one_line(cause), attempt, attempts)
+            log.warning(
+                "%s: transient fault (%s), attempt %d of %d; retrying", what, one_line(cause), attempt, attempts
+            )
             time.sleep(delay * 2 ** (attempt - 1))
     raise AssertionError("unreachable")  # the loop returns or raises

@@ -17,11 +17,29 @@ DAY = 24 * HOUR
 
 #: Round durations, shortest first: bucket widths and time-axis tick steps.
 STEPS: tuple[int, ...] = (
-    1 * SECOND, 2 * SECOND, 5 * SECOND, 10 * SECOND, 15 * SECOND, 30 * SECOND,
-    1 * MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE, 15 * MINUTE, 30 * MINUTE,
-    1 * HOUR, 2 * HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR,
-    1 * DAY, 2 * DAY, 7 * DAY, 14 * DAY, 28 * DAY,
-)  # fmt: skip
+    1 * SECOND,
+    2 * SECOND,
+    5 * SECOND,
+    10 * SECOND,
+    15 * SECOND,
+    30 * SECOND,
+    1 * MINUTE,
+    2 * MINUTE,
+    5 * MINUTE,
+    10 * MINUTE,
+    15 * MINUTE,
+    30 * MINUTE,
+    1 * HOUR,
+    2 * HOUR,
+    3 * HOUR,
+    6 * HOUR,
+    12 * HOUR,
+    1 * DAY,
+    2 * DAY,
+    7 * DAY,
+    14 * DAY,
+    28 * DAY,
+)
 
 
 def round_step(at_least: float) -> int:

@@ -76,9 +76,7 @@ def parse_timestamp(value: object, key: str) -> datetime:
     else:
         raise KappaConfigError(f"{key}: {value!r} is not an ISO-8601 timestamp with an offset")
     if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise KappaConfigError(
-            f"{key}: {value!r} is a naive timestamp; add an offset, e.g. {parsed.isoformat()}+00:00"
-        )
+        raise KappaConfigError(f"{key}: {value!r} is a naive timestamp; add an offset, e.g. {parsed.isoformat()}+00:00")
     return parsed.astimezone(timezone.utc)
 
 

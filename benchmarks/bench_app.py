@@ -66,12 +66,23 @@ def app(mode: str, workdir: Path, hours: float, out: Path) -> None:
         opts = bs.kappa_options(workdir, "raw.plays", start, end, plan_file=str(listed))
         df = spark.readStream.format("kappa_iceberg").options(**opts).load()
         secs, rows, progress = bs.run_stream(bs.aggregation(df, streaming=True), workdir / "ck" / "app-kappa")
-        extra = {**bs.batch_times(progress), **bs.startup(secs, progress),
-                 "first_batch_ms": progress[0].durationMs if progress else {}}
+        extra = {
+            **bs.batch_times(progress),
+            **bs.startup(secs, progress),
+            "first_batch_ms": progress[0].durationMs if progress else {},
+        }
     job_s = time.monotonic() - began - session_s
     spark.stop()
-    out.write_text(json.dumps({"session_s": round(session_s, 2), "job_s": round(job_s, 2), **extra,
-                               "rows": [[r.window_start.isoformat(), r.show_id, r["count"]] for r in rows]}))
+    out.write_text(
+        json.dumps(
+            {
+                "session_s": round(session_s, 2),
+                "job_s": round(job_s, 2),
+                **extra,
+                "rows": [[r.window_start.isoformat(), r.show_id, r["count"]] for r in rows],
+            }
+        )
+    )
 
 
 def submit(mode: str, workdir: Path, hours: float) -> dict[str, Any]:
@@ -79,9 +90,27 @@ def submit(mode: str, workdir: Path, hours: float) -> dict[str, Any]:
 
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     out = workdir / f"app-{mode}.json"
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    cmd = [str(spark_submit), "--master", "local[2]", "--driver-memory", "3g", "--conf", "spark.driver.host=127.0.0.1",
-           str(Path(__file__).resolve()), "run", mode, "--workdir", str(workdir), "--hours", str(hours), "--out", str(out)]
+    env = dict(
+        os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1"
+    )
+    cmd = [
+        str(spark_submit),
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "3g",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        str(Path(__file__).resolve()),
+        "run",
+        mode,
+        "--workdir",
+        str(workdir),
+        "--hours",
+        str(hours),
+        "--out",
+        str(out),
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.monotonic()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -117,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     bs.prepare(args.workdir, args.rows, args.hours)
     result: dict[str, Any] = {"machine": bs.machine(), "command": " ".join([Path(sys.executable).name, *sys.argv])}
-    result["launcher_plan_s"] = bs.write_plays_file_list(args.workdir, bs.T0_US, bs.T0_US + int(args.hours * bs.HOUR) + bs.MIN)
+    result["launcher_plan_s"] = bs.write_plays_file_list(
+        args.workdir, bs.T0_US, bs.T0_US + int(args.hours * bs.HOUR) + bs.MIN
+    )
     cutoff = (bs.T0 + timedelta(hours=args.hours) - timedelta(minutes=30)).replace(tzinfo=None).isoformat()
     runs: dict[str, list[dict[str, Any]]] = {"batch": [], "kappa": []}
     for i in range(args.repeat):

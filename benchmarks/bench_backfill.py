@@ -133,10 +133,14 @@ def prepare(lake: Path, size: Size) -> None:
     began = time.monotonic()
     cat = catalog(lake)
     bs.land(create_raw_table(cat, SOURCE), size.rows, size.hours, 1, 100_000, 50, "p")
-    schema = StructType([
-        StructField("window_start", TimestampType()), StructField("window_end", TimestampType()),
-        StructField("show_id", LongType()), StructField("count", LongType()),
-    ])  # fmt: skip
+    schema = StructType(
+        [
+            StructField("window_start", TimestampType()),
+            StructField("window_end", TimestampType()),
+            StructField("show_id", LongType()),
+            StructField("count", LongType()),
+        ]
+    )
     create_target_table(cat, TARGET, schema, "window_start")
     marker.write_text(json.dumps(size.params()))
     print(f"generated {size.rows} rows in {lake} in {time.monotonic() - began:.0f}s", flush=True)
@@ -159,14 +163,23 @@ def write_config(run: Path, lake: Path, size: Size, engine: str, extra_conf: dic
         "catalogs": {"lake": catalog_props(lake)},
         "sources": {
             "plays": {"type": "dynamic", "selected": "live-plays", "candidates": ["live-plays", "backfill-plays"]},
-            "live-plays": {"type": "kafka", "topics": "plays", "bootstrap_servers": "127.0.0.1:9092",
-                           "schema": "event_id STRING, account_id BIGINT, show_id BIGINT, event_ts TIMESTAMP",
-                           "ingestion_column": "ingestion_ts"},
-            "backfill-plays": {"type": "iceberg", "catalog": "lake", "table": SOURCE, "ingestion_column": "ingestion_ts",
-                               "max_misalignment_threshold": size.threshold},
+            "live-plays": {
+                "type": "kafka",
+                "topics": "plays",
+                "bootstrap_servers": "127.0.0.1:9092",
+                "schema": "event_id STRING, account_id BIGINT, show_id BIGINT, event_ts TIMESTAMP",
+                "ingestion_column": "ingestion_ts",
+            },
+            "backfill-plays": {
+                "type": "iceberg",
+                "catalog": "lake",
+                "table": SOURCE,
+                "ingestion_column": "ingestion_ts",
+                "max_misalignment_threshold": size.threshold,
+            },
         },
         "sinks": {"summary": {"type": "iceberg", "catalog": "lake", "table": TARGET, "time_column": "window_start"}},
-    }  # fmt: skip
+    }
     path = run / "kappa.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -187,8 +200,12 @@ def timed(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> dict[
     if code != 0:
         raise RuntimeError(f"{cmd[:3]} failed with exit code {code}; see {log}:\n{log.read_text()[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-            "load_before": [round(x, 1) for x in load_before], "load_after": [round(x, 1) for x in os.getloadavg()]}  # fmt: skip
+    return {
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "load_before": [round(x, 1) for x in load_before],
+        "load_after": [round(x, 1) for x in os.getloadavg()],
+    }
 
 
 def run_kappa(work: Path, lake: Path, size: Size, variant: str, extra_conf: dict[str, str]) -> dict[str, Any]:
@@ -200,9 +217,28 @@ def run_kappa(work: Path, lake: Path, size: Size, variant: str, extra_conf: dict
     engine = variant.removesuffix("-cold")
     config = write_config(run, lake, size, engine, extra_conf)
     kappa = str(Path(sys.executable).parent / "kappa")
-    cmd = [kappa, "backfill", "--config", str(config), "--start", size.start.isoformat(), "--end", size.end.isoformat(),
-           "--slice", size.slice, "--max-misalignment", size.threshold, "--warmup", "0s", "--tail", size.threshold,
-           "--mode", "sequential", "--min-match", "0"]  # fmt: skip
+    cmd = [
+        kappa,
+        "backfill",
+        "--config",
+        str(config),
+        "--start",
+        size.start.isoformat(),
+        "--end",
+        size.end.isoformat(),
+        "--slice",
+        size.slice,
+        "--max-misalignment",
+        size.threshold,
+        "--warmup",
+        "0s",
+        "--tail",
+        size.threshold,
+        "--mode",
+        "sequential",
+        "--min-match",
+        "0",
+    ]
     env = dict(os.environ, COLUMNS="200", KAPPA_WARM_DAEMON="0" if variant.endswith("-cold") else "1")
     result = timed(cmd, run / "kappa.log", env)
     text = (run / "kappa.log").read_text()
@@ -237,7 +273,11 @@ def slice_breakdown(checkpoints: Path) -> list[dict[str, Any]]:
         done = next((_log_time(x) for x in lines if re.search(r" slice \S+ done: ", x)), None)
         progress_file = next(checkpoints.rglob(f"progress/{log.stem}.jsonl"), None)
         records = [json.loads(x) for x in progress_file.read_text().splitlines() if x.strip()] if progress_file else []
-        entry: dict[str, Any] = {"slice": log.stem, "batches": len(records), "rows": sum(_input_rows(r) for r in records)}
+        entry: dict[str, Any] = {
+            "slice": log.stem,
+            "batches": len(records),
+            "rows": sum(_input_rows(r) for r in records),
+        }
         if records and launch is not None and done is not None:
             first, rest = records[0], records[1:]
             dur = [r["durationMs"].get("triggerExecution", 0) / 1000 for r in records]
@@ -262,8 +302,22 @@ def run_batch(work: Path, lake: Path, size: Size) -> dict[str, Any]:
     run = work / "batch"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    return submit_app(["batch-app", "--lake", str(lake), "--start", size.start.isoformat(), "--end", size.end.isoformat(),
-                       "--tail", size.threshold, "--out", str(run / "rows")], run / "batch.log")  # fmt: skip
+    return submit_app(
+        [
+            "batch-app",
+            "--lake",
+            str(lake),
+            "--start",
+            size.start.isoformat(),
+            "--end",
+            size.end.isoformat(),
+            "--tail",
+            size.threshold,
+            "--out",
+            str(run / "rows"),
+        ],
+        run / "batch.log",
+    )
 
 
 def submit_app(app_args: list[str], log: Path) -> dict[str, Any]:
@@ -272,10 +326,22 @@ def submit_app(app_args: list[str], log: Path) -> dict[str, Any]:
     import pyspark
 
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    cmd = [str(spark_submit), "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
-           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
-           str(Path(__file__).resolve()), *app_args]  # fmt: skip
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    cmd = [
+        str(spark_submit),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.session.timeZone=UTC",
+        str(Path(__file__).resolve()),
+        *app_args,
+    ]
+    env = dict(
+        os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1"
+    )
     result = timed(cmd, log, env)
     result["command"] = " ".join(cmd)
     return result
@@ -295,7 +361,9 @@ def counts_per_window(rows: Any) -> Any:
     return (
         rows.groupBy(F.window("event_ts", "5 minutes"), "show_id")
         .count()
-        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "show_id", "count")
+        .select(
+            F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "show_id", "count"
+        )
     )
 
 
@@ -310,8 +378,12 @@ def batch_app(lake: Path, start: datetime, end: datetime, tail: str, out: Path) 
     spark = SparkSession.builder.appName("bench-batch").getOrCreate()
     table = catalog(lake).load_table(SOURCE)
     paths = [task.file.file_path for task in table.scan(row_filter=ingestion_filter(start, read_end)).plan_files()]
-    rows = spark.read.parquet(*paths).where((F.col("ingestion_ts") >= F.lit(start)) & (F.col("ingestion_ts") < F.lit(read_end)))
-    counts = counts_per_window(rows).where((F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end)))
+    rows = spark.read.parquet(*paths).where(
+        (F.col("ingestion_ts") >= F.lit(start)) & (F.col("ingestion_ts") < F.lit(read_end))
+    )
+    counts = counts_per_window(rows).where(
+        (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))
+    )
     counts.write.mode("overwrite").parquet(str(out))
     spark.stop()
 
@@ -331,7 +403,10 @@ def run_stream(work: Path, lake: Path, size: Size) -> dict[str, Any]:
     read_end = size.end + size.tail
     field = table.schema().find_field("ingestion_ts")
     upper = lambda task: from_bytes(field.field_type, task.file.upper_bounds[field.field_id])  # noqa: E731
-    tasks = sorted(table.scan(row_filter=ingestion_filter(size.start, read_end)).plan_files(), key=lambda t: (upper(t), t.file.file_path))
+    tasks = sorted(
+        table.scan(row_filter=ingestion_filter(size.start, read_end)).plan_files(),
+        key=lambda t: (upper(t), t.file.file_path),
+    )
     base = time.time() - 10 * len(tasks)
     for i, task in enumerate(tasks):  # Spark's file source takes files oldest first: mtime = ingestion order
         copy = run / "files" / f"{i:05d}.parquet"
@@ -341,16 +416,34 @@ def run_stream(work: Path, lake: Path, size: Size) -> dict[str, Any]:
     # one landing a minute, but late rows make more files overlap the range than it has minutes
     cells = -(-int((read_end - size.start).total_seconds()) // int(size.tail.total_seconds()))
     files_per_batch = -(-len(tasks) // cells)
-    result = submit_app(["stream-app", "--files", str(run / "files"), "--per-batch", str(files_per_batch),
-                         "--start", size.start.isoformat(), "--end", size.end.isoformat(), "--tail", size.threshold,
-                         "--out", str(run)], run / "stream.log")  # fmt: skip
+    result = submit_app(
+        [
+            "stream-app",
+            "--files",
+            str(run / "files"),
+            "--per-batch",
+            str(files_per_batch),
+            "--start",
+            size.start.isoformat(),
+            "--end",
+            size.end.isoformat(),
+            "--tail",
+            size.threshold,
+            "--out",
+            str(run),
+        ],
+        run / "stream.log",
+    )
     result["files"] = len(tasks)
     result["files_per_batch"] = files_per_batch
     records = json.loads((run / "progress.json").read_text())
     dur = [r["durationMs"].get("triggerExecution", 0) / 1000 for r in records]
-    result.update(batches=len(records), first_batch_s=round(dur[0], 2) if dur else None,
-                  steady_median_s=round(statistics.median(dur[1:]), 2) if len(dur) > 1 else None,
-                  batches_s=round(sum(dur), 2))  # fmt: skip
+    result.update(
+        batches=len(records),
+        first_batch_s=round(dur[0], 2) if dur else None,
+        steady_median_s=round(statistics.median(dur[1:]), 2) if len(dur) > 1 else None,
+        batches_s=round(sum(dur), 2),
+    )
     return result
 
 
@@ -366,13 +459,20 @@ def stream_app(files: Path, per_batch: int, start: datetime, end: datetime, tail
     spark = SparkSession.builder.appName("bench-stream").getOrCreate()
     schema = spark.read.parquet(str(next(files.iterdir()))).schema
     rows = (
-        spark.readStream.schema(schema).option("maxFilesPerTrigger", per_batch).parquet(str(files))
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", per_batch)
+        .parquet(str(files))
         .where((F.col("ingestion_ts") >= F.lit(start)) & (F.col("ingestion_ts") < F.lit(read_end)))
-    )  # fmt: skip
+    )
     query = (
-        counts_per_window(rows.withWatermark("event_ts", "10 minutes")).writeStream.format("parquet").outputMode("append").option("path", str(out / "rows"))
-        .option("checkpointLocation", str(out / "checkpoint")).trigger(availableNow=True).start()
-    )  # fmt: skip
+        counts_per_window(rows.withWatermark("event_ts", "10 minutes"))
+        .writeStream.format("parquet")
+        .outputMode("append")
+        .option("path", str(out / "rows"))
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     (out / "progress.json").write_text(json.dumps([json.loads(p.json) for p in query.recentProgress]))
     spark.stop()
@@ -385,7 +485,9 @@ def published_rows(lake: Path, size: Size) -> list[tuple[Any, ...]]:
     from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
 
     table = catalog(lake).load_table(TARGET)
-    flt = And(GreaterThanOrEqual("window_start", size.start.isoformat()), LessThan("window_start", size.end.isoformat()))
+    flt = And(
+        GreaterThanOrEqual("window_start", size.start.isoformat()), LessThan("window_start", size.end.isoformat())
+    )
     return _rows(table.scan(row_filter=flt, selected_fields=("window_start", "show_id", "count")).to_arrow())
 
 
@@ -409,7 +511,9 @@ def stream_rows(work: Path, size: Size) -> list[tuple[Any, ...]]:
 def _rows(t: Any) -> list[tuple[Any, ...]]:
     import pyarrow as pa
 
-    t = t.cast(pa.schema([("window_start", pa.timestamp("us", tz="UTC")), ("show_id", pa.int64()), ("count", pa.int64())]))
+    t = t.cast(
+        pa.schema([("window_start", pa.timestamp("us", tz="UTC")), ("show_id", pa.int64()), ("count", pa.int64())])
+    )
     return sorted(zip(*(t.column(i).to_pylist() for i in range(3))))
 
 
@@ -417,16 +521,27 @@ def compare(truth: list[tuple[Any, ...]], got: list[tuple[Any, ...]]) -> dict[st
     from collections import Counter
 
     a, b = Counter(truth), Counter(got)
-    return {"rows_batch": len(truth), "rows_kappa": len(got), "only_batch": sum((a - b).values()),
-            "only_kappa": sum((b - a).values()), "exact": a == b, "counted": sum(c for *_, c in truth)}  # fmt: skip
+    return {
+        "rows_batch": len(truth),
+        "rows_kappa": len(got),
+        "only_batch": sum((a - b).values()),
+        "only_kappa": sum((b - a).values()),
+        "exact": a == b,
+        "counted": sum(c for *_, c in truth),
+    }
 
 
 def machine() -> dict[str, Any]:
     import platform
 
     free = subprocess.run(["free", "-g"], capture_output=True, text=True).stdout
-    return {"nproc": os.cpu_count(), "free_g": free.strip(), "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-            "python": platform.python_version(), "platform": platform.platform()}  # fmt: skip
+    return {
+        "nproc": os.cpu_count(),
+        "free_g": free.strip(),
+        "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def summarize(kappa: dict[str, Any], batch: dict[str, Any]) -> dict[str, Any]:
@@ -459,19 +574,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         for flag in ("--files", "--per-batch", "--start", "--end", "--tail", "--out"):
             p.add_argument(flag, required=True)
         a = p.parse_args(argv[1:])
-        stream_app(Path(a.files), int(a.per_batch), datetime.fromisoformat(a.start), datetime.fromisoformat(a.end),
-                   a.tail, Path(a.out))  # fmt: skip
+        stream_app(
+            Path(a.files),
+            int(a.per_batch),
+            datetime.fromisoformat(a.start),
+            datetime.fromisoformat(a.end),
+            a.tail,
+            Path(a.out),
+        )
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/kappa-bench-backfill"))
     parser.add_argument("--sizes", default="2000000,8000000", help="landed rows, comma-separated")
-    parser.add_argument("--engines", default=None,
-                        help="comma-separated: connect, connect-cold (local server without the warm daemon), submit "
-                             "(default connect,submit; connect with --quick; '' for none: the batch job and the floor)")
+    parser.add_argument(
+        "--engines",
+        default=None,
+        help="comma-separated: connect, connect-cold (local server without the warm daemon), submit "
+        "(default connect,submit; connect with --quick; '' for none: the batch job and the floor)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 20k rows over 1.5 h, 1 h window, 1 h slices")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="more job.spark_conf")
-    parser.add_argument("--no-floor", action="store_true",
-                        help="skip the Structured Streaming floor (Spark's own file source and sink, one spark-submit)")
+    parser.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="skip the Structured Streaming floor (Spark's own file source and sink, one spark-submit)",
+    )
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -492,8 +619,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not args.no_floor:
             floor = run_stream(work, lake, size)
             floor["match"] = compare(truth, stream_rows(work, size))
-            floor["ratio"] = {"wall": round(floor["wall_s"] / runs["batch"]["wall_s"], 2),
-                              "cpu": round(floor["cpu_s"] / runs["batch"]["cpu_s"], 2)}  # fmt: skip
+            floor["ratio"] = {
+                "wall": round(floor["wall_s"] / runs["batch"]["wall_s"], 2),
+                "cpu": round(floor["cpu_s"] / runs["batch"]["cpu_s"], 2),
+            }
             runs["stream_floor"] = floor
             print(size.label(), "stream floor", {k: v for k, v in floor.items() if k != "command"}, flush=True)
         for engine in engines:
@@ -515,17 +644,21 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def table(doc: dict[str, Any]) -> str:
     """The results as a markdown table."""
-    head = ("| size | run | wall s | CPU s | vs batch (wall / CPU) | slices | start | first batch | steady batch "
-            "| end | fixed per slice | exact |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")  # fmt: skip
+    head = (
+        "| size | run | wall s | CPU s | vs batch (wall / CPU) | slices | start | first batch | steady batch "
+        "| end | fixed per slice | exact |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    )
     out = [head]
     for label, runs in doc["sizes"].items():
         b = runs["batch"]
         out.append(f"| {label} | batch job | {b['wall_s']} | {b['cpu_s']} | 1 | | | | | | | |")
         if "stream_floor" in runs:
             f = runs["stream_floor"]
-            out.append(f"| {label} | Structured Streaming floor | {f['wall_s']} | {f['cpu_s']} | {f['ratio']['wall']}x / "
-                       f"{f['ratio']['cpu']}x | 1 (one JVM) | | {f['first_batch_s']} | {f['steady_median_s']} | | "
-                       f"| {f['match']['exact']} |")  # fmt: skip
+            out.append(
+                f"| {label} | Structured Streaming floor | {f['wall_s']} | {f['cpu_s']} | {f['ratio']['wall']}x / "
+                f"{f['ratio']['cpu']}x | 1 (one JVM) | | {f['first_batch_s']} | {f['steady_median_s']} | | "
+                f"| {f['match']['exact']} |"
+            )
         for engine, k in runs.items():
             if engine in ("batch", "stream_floor"):
                 continue

@@ -75,12 +75,30 @@ FAULTS = ("parent_killed", "driver_killed", "catalog_locked", "ingestion", "othe
 WINDOW = ["--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()]
 #: parallel: one slice (the 3h grid cell holding the window); sequential: two slices
 PARAMS = {
-    mode: {"start": INCIDENT_START.isoformat(), "end": INCIDENT_END.isoformat(), "mode": mode, "slice": slice_,
-           "warmup": "30min", "tail": "45min", "max_misalignment_threshold": "1h"}
+    mode: {
+        "start": INCIDENT_START.isoformat(),
+        "end": INCIDENT_END.isoformat(),
+        "mode": mode,
+        "slice": slice_,
+        "warmup": "30min",
+        "tail": "45min",
+        "max_misalignment_threshold": "1h",
+    }
     for mode, slice_ in (("parallel", "3h"), ("sequential", "2h"))
-}  # fmt: skip
+}
 OPTIONS = {
-    mode: ["--mode", mode, "--slice", p["slice"], "--warmup", p["warmup"], "--tail", p["tail"], "--max-misalignment", p["max_misalignment_threshold"]]
+    mode: [
+        "--mode",
+        mode,
+        "--slice",
+        p["slice"],
+        "--warmup",
+        p["warmup"],
+        "--tail",
+        p["tail"],
+        "--max-misalignment",
+        p["max_misalignment_threshold"],
+    ]
     for mode, p in PARAMS.items()
 }
 
@@ -146,7 +164,14 @@ def prepare(folder: Path) -> dict[str, Any]:
     raw["sinks"]["sessions"]["table"] = OTHER
     config_b.write_text(yaml.safe_dump(raw, sort_keys=False))
     expected = sorted_rows(pa.Table.from_pylist(oracle, schema=sessions_arrow()))
-    return {"props": props, "catalog": catalog, "a": config_a, "b": config_b, "oracle": expected, "home": folder / "airflow"}
+    return {
+        "props": props,
+        "catalog": catalog,
+        "a": config_a,
+        "b": config_b,
+        "oracle": expected,
+        "home": folder / "airflow",
+    }
 
 
 def start(config: Path, mode: str, log: Path, home: Path, resume: bool = False) -> subprocess.Popen[bytes]:
@@ -158,7 +183,9 @@ def start(config: Path, mode: str, log: Path, home: Path, resume: bool = False) 
     with log.open("a") as fh:
         fh.write(f"\n$ {' '.join(argv + (['--resume'] if resume else []))}\n")
         fh.flush()
-        return subprocess.Popen(argv + (["--resume"] if resume else []), stdout=fh, stderr=subprocess.STDOUT, env=e, start_new_session=True)
+        return subprocess.Popen(
+            argv + (["--resume"] if resume else []), stdout=fh, stderr=subprocess.STDOUT, env=e, start_new_session=True
+        )
 
 
 def descendants(pid: int) -> list[Any]:
@@ -215,7 +242,9 @@ def ingest(props: dict[str, str], stop: threading.Event, run: Run, rng: random.R
     while not stop.wait(rng.uniform(1.0, 4.0)):
         at = T0 + timedelta(hours=rng.choice([1, 2, 4]), minutes=rng.randrange(60))  # in the window and after
         try:
-            append_events(catalog.load_table(SOURCE), [event(5_000_000 + 1000 * run.index + n, at, account=40 + n % 5, show=9)])
+            append_events(
+                catalog.load_table(SOURCE), [event(5_000_000 + 1000 * run.index + n, at, account=40 + n % 5, show=9)]
+            )
             n += 1
         except Exception as e:  # noqa: BLE001 (a lost race with the backfill's tag commit: the live router retries)
             run.note += f" ingestion append retried ({type(e).__name__});"
@@ -229,7 +258,13 @@ def live_writer(props: dict[str, str], stop: threading.Event, rows: list[dict[st
     n = 0
     while not stop.wait(rng.uniform(0.5, 2.0)):
         begin = T0 + timedelta(hours=5, minutes=n)  # the present: after the window
-        row = {"account_id": 900 + n, "session_start": begin, "session_end": begin + timedelta(minutes=5), "plays": 1, "last_play_ts": begin}
+        row = {
+            "account_id": 900 + n,
+            "session_start": begin,
+            "session_end": begin + timedelta(minutes=5),
+            "plays": 1,
+            "last_play_ts": begin,
+        }
         for _ in range(10):
             try:
                 catalog.load_table(TARGET).append(pa.Table.from_pylist([row], schema=sessions_arrow()))
@@ -241,7 +276,13 @@ def live_writer(props: dict[str, str], stop: threading.Event, rows: list[dict[st
 
 
 def run_to_completion(
-    config: Path, mode: str, log: Path, home: Path, codes: list[int], reruns: int, first: subprocess.Popen[bytes] | None = None,
+    config: Path,
+    mode: str,
+    log: Path,
+    home: Path,
+    codes: list[int],
+    reruns: int,
+    first: subprocess.Popen[bytes] | None = None,
     during: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> int:
     """Run (or finish) one backfill command, rerunning it with ``--resume`` after a failure."""
@@ -284,7 +325,15 @@ def compare(expected: list[tuple[Any, ...]], actual: list[tuple[Any, ...]]) -> t
     return sum((want - got).values()), sum((got - want).values())
 
 
-def soak_run(index: int, mode: str, faults: list[str], folder: Path, clean: list[tuple[Any, ...]], rng: random.Random, reruns: int) -> Run:
+def soak_run(
+    index: int,
+    mode: str,
+    faults: list[str],
+    folder: Path,
+    clean: list[tuple[Any, ...]],
+    rng: random.Random,
+    reruns: int,
+) -> Run:
     run = Run(index, mode, faults)
     began = time.monotonic()
     lake = prepare(folder)
@@ -294,12 +343,20 @@ def soak_run(index: int, mode: str, faults: list[str], folder: Path, clean: list
     threads: list[threading.Thread] = []
     live: list[dict[str, Any]] = []
     if "ingestion" in faults:
-        threads.append(threading.Thread(target=ingest, args=(props, stop, run, random.Random(rng.random())), daemon=True))
+        threads.append(
+            threading.Thread(target=ingest, args=(props, stop, run, random.Random(rng.random())), daemon=True)
+        )
     if "live_writer" in faults:
-        threads.append(threading.Thread(target=live_writer, args=(props, stop, live, random.Random(rng.random())), daemon=True))
+        threads.append(
+            threading.Thread(target=live_writer, args=(props, stop, live, random.Random(rng.random())), daemon=True)
+        )
     if "catalog_locked" in faults:
         db = Path(props["uri"].removeprefix("sqlite:///").split("?")[0])
-        threads.append(threading.Thread(target=hold_catalog_lock, args=(db, rng.uniform(2, 25), rng.uniform(3, 12), run), daemon=True))
+        threads.append(
+            threading.Thread(
+                target=hold_catalog_lock, args=(db, rng.uniform(2, 25), rng.uniform(3, 12), run), daemon=True
+            )
+        )
     other: subprocess.Popen[bytes] | None = None
     if "other_backfill" in faults:
         other = start(lake["b"], mode, folder / "other.log", lake["home"])
@@ -326,7 +383,9 @@ def soak_run(index: int, mode: str, faults: list[str], folder: Path, clean: list
 
     code = run_to_completion(lake["a"], mode, log, lake["home"], run.exit_codes, reruns, during=inject)
     if other is not None:
-        run_to_completion(lake["b"], mode, folder / "other.log", lake["home"], run.other_exit_codes, reruns, first=other)
+        run_to_completion(
+            lake["b"], mode, folder / "other.log", lake["home"], run.other_exit_codes, reruns, first=other
+        )
     stop.set()
     for t in threads:
         t.join(60)
@@ -367,7 +426,14 @@ def landed(run: Run, fault: str) -> bool:
 
 
 def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "?")
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        "?",
+    )
     return f"{platform.node()}: {os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, load average at start {os.getloadavg()[0]:.1f}"
 
 
@@ -391,7 +457,10 @@ def main() -> int:
     t = time.monotonic()
     code = run_to_completion(lake["a"], "parallel", folder / "backfill.log", lake["home"], codes, 0)
     clean = sorted_rows(load(lake["props"]).load_table(TARGET))
-    print(f"clean run: exit {code}, {len(clean)} rows, equal to the oracle: {clean == lake['oracle']}, {time.monotonic() - t:.0f} s", flush=True)
+    print(
+        f"clean run: exit {code}, {len(clean)} rows, equal to the oracle: {clean == lake['oracle']}, {time.monotonic() - t:.0f} s",
+        flush=True,
+    )
     if code != 0 or clean != lake["oracle"]:
         print(f"the clean run failed; see {folder / 'backfill.log'}", flush=True)
         return 1
@@ -400,7 +469,18 @@ def main() -> int:
     for i in range(args.runs):
         faults = [FAULTS[i % len(FAULTS)]]
         if rng.random() < 0.5:
-            faults.append(rng.choice([f for f in FAULTS if f not in faults and not (f in ("parent_killed", "driver_killed") and faults[0] in ("parent_killed", "driver_killed"))]))
+            faults.append(
+                rng.choice(
+                    [
+                        f
+                        for f in FAULTS
+                        if f not in faults
+                        and not (
+                            f in ("parent_killed", "driver_killed") and faults[0] in ("parent_killed", "driver_killed")
+                        )
+                    ]
+                )
+            )
         mode = "sequential" if i % 4 == 3 else "parallel"
         run = soak_run(i, mode, faults, args.out / f"run{i:02d}", clean, random.Random(rng.random()), args.reruns)
         runs.append(run)
@@ -415,12 +495,20 @@ def main() -> int:
     drawn = Counter(f for r in runs for f in r.faults)
     injected = Counter(f for r in runs for f in r.faults if landed(r, f))
     print(f"\nfaults drawn: {sum(drawn.values())} ({', '.join(f'{k} {v}' for k, v in sorted(drawn.items()))})")
-    print(f"faults injected (the kill hit a live process, the lock was held, rows were appended during the run): "
-          f"{sum(injected.values())} ({', '.join(f'{k} {v}' for k, v in sorted(injected.items()))})")  # fmt: skip
-    print(f"runs exact: {sum(r.exact for r in runs)}/{len(runs)}; other target exact: "
-          f"{sum(bool(r.other_exact) for r in runs if r.other_exact is not None)}/{sum(r.other_exact is not None for r in runs)}")  # fmt: skip
-    print(f"rows lost: {sum(r.rows_lost + r.other_rows_lost for r in runs)}; rows extra: {sum(r.rows_extra for r in runs)}")
-    print(f"commands run: {sum(r.commands for r in runs)} (failed and rerun with --resume: {sum(c != 0 for r in runs for c in r.exit_codes + r.other_exit_codes)})")
+    print(
+        f"faults injected (the kill hit a live process, the lock was held, rows were appended during the run): "
+        f"{sum(injected.values())} ({', '.join(f'{k} {v}' for k, v in sorted(injected.items()))})"
+    )
+    print(
+        f"runs exact: {sum(r.exact for r in runs)}/{len(runs)}; other target exact: "
+        f"{sum(bool(r.other_exact) for r in runs if r.other_exact is not None)}/{sum(r.other_exact is not None for r in runs)}"
+    )
+    print(
+        f"rows lost: {sum(r.rows_lost + r.other_rows_lost for r in runs)}; rows extra: {sum(r.rows_extra for r in runs)}"
+    )
+    print(
+        f"commands run: {sum(r.commands for r in runs)} (failed and rerun with --resume: {sum(c != 0 for r in runs for c in r.exit_codes + r.other_exit_codes)})"
+    )
     print(f"wall time: {time.monotonic() - began:.0f} s")
     return 0 if all(r.exact for r in runs) and all(r.other_exact is not False for r in runs) else 1
 

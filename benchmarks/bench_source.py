@@ -67,7 +67,13 @@ def load_catalog(workdir: Path) -> Any:
 
 
 def land(
-    table: Any, rows: int, hours: float, seed: int, accounts: int, shows: int, id_prefix: str,
+    table: Any,
+    rows: int,
+    hours: float,
+    seed: int,
+    accounts: int,
+    shows: int,
+    id_prefix: str,
     gap: tuple[int, int] | None = None,
 ) -> None:
     """Append ``rows`` landed events over ``hours`` of ingestion time, one append per minute.
@@ -280,8 +286,10 @@ def aggregation(df: Any, streaming: bool) -> Any:
 
     if streaming:
         df = df.withWatermark("event_ts", "10 minutes")
-    return df.groupBy(F.window("event_ts", "5 minutes"), "show_id").count().select(
-        F.col("window.start").alias("window_start"), "show_id", "count"
+    return (
+        df.groupBy(F.window("event_ts", "5 minutes"), "show_id")
+        .count()
+        .select(F.col("window.start").alias("window_start"), "show_id", "count")
     )
 
 
@@ -295,7 +303,12 @@ def run_stream(df: Any, checkpoint: Path, collect: bool = True) -> tuple[float, 
             out.extend(batch.collect())
 
     began = time.monotonic()
-    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     seconds = time.monotonic() - began
     if query.exception() is not None:
@@ -393,16 +406,31 @@ def part_a_b_c(spark: Any, workdir: Path, hours: float, parts: set[str], native_
         extra = {"plan_file": str(plan_path)} if planned else {}
         cpu = spark_cpu_seconds(spark)
         began = time.monotonic()
-        df = spark.readStream.format("kappa_iceberg").options(**kappa_options(workdir, "raw.plays", start, end, **extra)).load()
+        df = (
+            spark.readStream.format("kappa_iceberg")
+            .options(**kappa_options(workdir, "raw.plays", start, end, **extra))
+            .load()
+        )
         load_s = time.monotonic() - began
         secs, out, progress = run_stream(aggregation(df, streaming=True), workdir / "ck" / name)
         secs += load_s
         used = spark_cpu_seconds(spark) - cpu
-        results[name] = {"seconds": round(secs, 1), "plan_file": planned, "launcher_plan_s": plan_s,
-                         "load_s": round(load_s, 2), "batches": len(progress), **batch_times(progress),
-                         **startup(secs, progress), **compare(truth, as_counts(out, cutoff))}
-        results[name].update(ratio_vs_batch=round(secs / batch_s, 2), cpu_s=round(used, 1),
-                             cpu_ratio_vs_batch=round(used / batch_cpu, 2), load=_load())
+        results[name] = {
+            "seconds": round(secs, 1),
+            "plan_file": planned,
+            "launcher_plan_s": plan_s,
+            "load_s": round(load_s, 2),
+            "batches": len(progress),
+            **batch_times(progress),
+            **startup(secs, progress),
+            **compare(truth, as_counts(out, cutoff)),
+        }
+        results[name].update(
+            ratio_vs_batch=round(secs / batch_s, 2),
+            cpu_s=round(used, 1),
+            cpu_ratio_vs_batch=round(used / batch_cpu, 2),
+            load=_load(),
+        )
 
     def native_run() -> None:
         # Spark's own streaming Parquet file source over the same files, as many files per
@@ -415,14 +443,28 @@ def part_a_b_c(spark: Any, workdir: Path, hours: float, parts: set[str], native_
             os.symlink(path.removeprefix("file://"), links / f"f{i:05d}.parquet")
         per_trigger = -(-len(paths) // 24)
         cpu = spark_cpu_seconds(spark)
-        df = spark.readStream.schema(spark.read.parquet(paths[0]).schema).option("maxFilesPerTrigger", per_trigger).parquet(str(links))
+        df = (
+            spark.readStream.schema(spark.read.parquet(paths[0]).schema)
+            .option("maxFilesPerTrigger", per_trigger)
+            .parquet(str(links))
+        )
         secs, out, progress = run_stream(aggregation(df, streaming=True), workdir / "ck" / "native")
         used = spark_cpu_seconds(spark) - cpu
-        results["native_stream"] = {"seconds": round(secs, 1), "batches": len(progress), "files_per_batch": per_trigger,
-                                    "first_streaming_query": native_first, **batch_times(progress), **startup(secs, progress),
-                                    **compare(truth, as_counts(out, cutoff))}
-        results["native_stream"].update(ratio_vs_batch=round(secs / batch_s, 2), cpu_s=round(used, 1),
-                                        cpu_ratio_vs_batch=round(used / batch_cpu, 2), load=_load())
+        results["native_stream"] = {
+            "seconds": round(secs, 1),
+            "batches": len(progress),
+            "files_per_batch": per_trigger,
+            "first_streaming_query": native_first,
+            **batch_times(progress),
+            **startup(secs, progress),
+            **compare(truth, as_counts(out, cutoff)),
+        }
+        results["native_stream"].update(
+            ratio_vs_batch=round(secs / batch_s, 2),
+            cpu_s=round(used, 1),
+            cpu_ratio_vs_batch=round(used / batch_cpu, 2),
+            load=_load(),
+        )
 
     if native_first and "a" in parts:
         native_run()  # the first streaming query of the session pays the JVM's one-time costs
@@ -445,8 +487,14 @@ def part_a_b_c(spark: Any, workdir: Path, hours: float, parts: set[str], native_
         secs, out, progress = run_stream(aggregation(df, streaming=True), workdir / "ck" / "strict")
         secs += load_s
         used = spark_cpu_seconds(spark) - cpu
-        results["strict"] = {"seconds": round(secs, 1), "batches": len(progress), **batch_times(progress),
-                             **compare(truth, as_counts(out, cutoff)), "cpu_s": round(used, 1), "load": _load()}
+        results["strict"] = {
+            "seconds": round(secs, 1),
+            "batches": len(progress),
+            **batch_times(progress),
+            **compare(truth, as_counts(out, cutoff)),
+            "cpu_s": round(used, 1),
+            "load": _load(),
+        }
         results["strict"]["slowdown_vs_kappa"] = round(secs / results["kappa"]["seconds"], 1)
         results["strict"]["cpu_slowdown_vs_kappa"] = round(used / results["kappa"]["cpu_s"], 1)
         if "kappa_warm" in results:  # both queries in a warm session: the like-for-like ratio
@@ -456,12 +504,22 @@ def part_a_b_c(spark: Any, workdir: Path, hours: float, parts: set[str], native_
 
     if "c" in parts:
         per_batch = max(2, round(len(paths) / (hours * 4)))  # as many files per batch as kappa reads per 15 min
-        opts = {"catalog": "lake", "catalog_properties": json.dumps(catalog_props(workdir)), "table": "raw.plays",
-                "order": "random", "seed": "7", "files_per_batch": str(per_batch)}
+        opts = {
+            "catalog": "lake",
+            "catalog_properties": json.dumps(catalog_props(workdir)),
+            "table": "raw.plays",
+            "order": "random",
+            "seed": "7",
+            "files_per_batch": str(per_batch),
+        }
         df = spark.readStream.format("bench_file_order").options(**opts).load()
         secs, out, progress = run_stream(aggregation(df, streaming=True), workdir / "ck" / "unordered")
-        results["unordered"] = {"seconds": round(secs, 1), "batches": len(progress), "files_per_batch": per_batch,
-                                **compare(truth, as_counts(out, cutoff))}
+        results["unordered"] = {
+            "seconds": round(secs, 1),
+            "batches": len(progress),
+            "files_per_batch": per_batch,
+            **compare(truth, as_counts(out, cutoff)),
+        }
         print("c", results["unordered"], flush=True)
     return results
 
@@ -471,7 +529,9 @@ def rmi_join(impressions: Any, clicks: Any) -> Any:
     from pyspark.sql import functions as F
 
     i = impressions.select(
-        F.col("account_id").alias("i_account"), F.col("show_id").alias("i_show"), F.col("event_ts").alias("impression_ts")
+        F.col("account_id").alias("i_account"),
+        F.col("show_id").alias("i_show"),
+        F.col("event_ts").alias("impression_ts"),
     ).withWatermark("impression_ts", "10 minutes")
     c = clicks.select(
         F.col("account_id").alias("c_account"), F.col("show_id").alias("c_show"), F.col("event_ts").alias("click_ts")
@@ -483,8 +543,10 @@ def rmi_join(impressions: Any, clicks: Any) -> Any:
             "AND click_ts >= impression_ts AND click_ts <= impression_ts + INTERVAL 30 MINUTES"
         ),
     )
-    return joined.groupBy(F.window("impression_ts", "5 minutes"), F.col("i_show").alias("show_id")).count().select(
-        F.col("window.start").alias("window_start"), "show_id", "count"
+    return (
+        joined.groupBy(F.window("impression_ts", "5 minutes"), F.col("i_show").alias("show_id"))
+        .count()
+        .select(F.col("window.start").alias("window_start"), "show_id", "count")
     )
 
 
@@ -495,23 +557,36 @@ def peak_state(progress: list[Any]) -> int:
 def part_d(spark: Any, workdir: Path) -> dict[str, Any]:
     start, end = T0_US, T0_US + 2 * HOUR + MIN
     align = json.dumps(
-        [{"catalog": "lake", "table": t, "ingestion_column": "ingestion_ts", "snapshot_id": None} for t in ("raw.impressions", "raw.clicks")]
+        [
+            {"catalog": "lake", "table": t, "ingestion_column": "ingestion_ts", "snapshot_id": None}
+            for t in ("raw.impressions", "raw.clicks")
+        ]
     )
     results: dict[str, Any] = {}
 
     def kappa(threshold: str, aligned: bool = True) -> tuple[Any, Any]:
         extra: dict[str, str] = {"max_misalignment_threshold": threshold} | ({"align_with": align} if aligned else {})
-        imp = spark.readStream.format("kappa_iceberg").options(
-            **kappa_options(workdir, "raw.impressions", start, end, **extra)
-        ).load()
-        clk = spark.readStream.format("kappa_iceberg").options(**kappa_options(workdir, "raw.clicks", start, end, **extra)).load()
+        imp = (
+            spark.readStream.format("kappa_iceberg")
+            .options(**kappa_options(workdir, "raw.impressions", start, end, **extra))
+            .load()
+        )
+        clk = (
+            spark.readStream.format("kappa_iceberg")
+            .options(**kappa_options(workdir, "raw.clicks", start, end, **extra))
+            .load()
+        )
         return imp, clk
 
     cat = load_catalog(workdir)
     imp_rows = sum(s.record_count for s in _spans(cat, "raw.impressions"))
     budget = imp_rows // 4  # each source admits this many rows per batch: 15 min of impressions
-    base = {"catalog": "lake", "catalog_properties": json.dumps(catalog_props(workdir)), "order": "lower",
-            "rows_per_batch": str(budget)}
+    base = {
+        "catalog": "lake",
+        "catalog_properties": json.dumps(catalog_props(workdir)),
+        "order": "lower",
+        "rows_per_batch": str(budget),
+    }
     variants = {
         "aligned_15min": lambda: kappa("15min"),
         "no_align_with_15min": lambda: kappa("15min", aligned=False),
@@ -526,8 +601,12 @@ def part_d(spark: Any, workdir: Path) -> dict[str, Any]:
         imp, clk = make()
         secs, out, progress = run_stream(rmi_join(imp, clk), workdir / "ck" / f"rmi_{name}")
         outputs[name] = as_counts(out, T0 + timedelta(hours=2) - timedelta(minutes=45))
-        results[name] = {"seconds": round(secs, 1), "batches": len(progress), "peak_state_rows": peak_state(progress),
-                         "output_rows": len(out)}
+        results[name] = {
+            "seconds": round(secs, 1),
+            "batches": len(progress),
+            "peak_state_rows": peak_state(progress),
+            "output_rows": len(out),
+        }
         print("d", name, results[name], flush=True)
     for name, counts in outputs.items():
         diff = compare(outputs["live_paced_2min"], counts)
@@ -564,10 +643,18 @@ def make_many_files(workdir: Path, files: int, per_commit: int) -> float:
             for i in range(c, min(files, c + per_commit)):
                 lo = T0_US + i * 10 * US
                 df = DataFile.from_args(
-                    content=DataFileContent.DATA, file_path=f"file:///synthetic/f{i}.parquet", file_format=FileFormat.PARQUET,
-                    partition=Record(lo // HOUR), record_count=1000, file_size_in_bytes=50_000,
-                    column_sizes={5: 8000}, value_counts={5: 1000}, null_value_counts={5: 0}, nan_value_counts={},
-                    lower_bounds={4: pack(lo - MIN), 5: pack(lo)}, upper_bounds={4: pack(lo + 9 * US), 5: pack(lo + 9 * US)},
+                    content=DataFileContent.DATA,
+                    file_path=f"file:///synthetic/f{i}.parquet",
+                    file_format=FileFormat.PARQUET,
+                    partition=Record(lo // HOUR),
+                    record_count=1000,
+                    file_size_in_bytes=50_000,
+                    column_sizes={5: 8000},
+                    value_counts={5: 1000},
+                    null_value_counts={5: 0},
+                    nan_value_counts={},
+                    lower_bounds={4: pack(lo - MIN), 5: pack(lo)},
+                    upper_bounds={4: pack(lo + 9 * US), 5: pack(lo + 9 * US)},
                     split_offsets=[4],
                 )
                 df.spec_id = 0
@@ -624,7 +711,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--parts", default="a,b,c,d,e")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument(
-        "--native-first", action="store_true",
+        "--native-first",
+        action="store_true",
         help="part a: run Spark's native streaming file source before kappa_iceberg (as the session's first streaming query)",
     )
     args = parser.parse_args(argv)

@@ -79,7 +79,9 @@ def lake_spec(args: argparse.Namespace) -> Any:
     from airflow_provider_kappa.demo.lakegen import LakeSpec
     from airflow_provider_kappa.timeparse import parse_duration
 
-    return LakeSpec(hours=args.hours, rate=args.rate, seed=args.seed, landing_interval=parse_duration(args.landing, "--landing"))
+    return LakeSpec(
+        hours=args.hours, rate=args.rate, seed=args.seed, landing_interval=parse_duration(args.landing, "--landing")
+    )
 
 
 def prepare_lake(args: argparse.Namespace) -> dict[str, Any]:
@@ -96,10 +98,15 @@ def prepare_lake(args: argparse.Namespace) -> dict[str, Any]:
     lake.mkdir(parents=True)
     s = generate_lake(local_catalog(lake), lake_spec(args))
     summary = {
-        "impressions": s.impressions, "playbacks": s.playbacks, "rows": s.rows, "snapshots": s.snapshots,
-        "start": s.start.isoformat(), "end": s.end.isoformat(), "seconds": round(s.seconds, 1),
+        "impressions": s.impressions,
+        "playbacks": s.playbacks,
+        "rows": s.rows,
+        "snapshots": s.snapshots,
+        "start": s.start.isoformat(),
+        "end": s.end.isoformat(),
+        "seconds": round(s.seconds, 1),
         "files": _file_count(lake),
-    }  # fmt: skip
+    }
     marker.write_text(json.dumps({"params": params, "summary": summary}))
     print(f"lake: {summary}", flush=True)
     return summary
@@ -159,10 +166,15 @@ def run_kappa(args: argparse.Namespace, mode: str, threshold: str) -> dict[str, 
     start, end = window(args)
     cfg = job_config(lake)
     raw = {
-        "start": start.isoformat(), "end": end.isoformat(), "mode": mode, "slice": args.slice,
-        "max_misalignment_threshold": threshold, "warmup": "30min", "publish": False,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "mode": mode,
+        "slice": args.slice,
+        "max_misalignment_threshold": threshold,
+        "warmup": "30min",
+        "publish": False,
         "tail": format_duration(PARALLEL_TAIL),
-    }  # fmt: skip
+    }
     began = time.monotonic()
     bf = backfills.Backfill.create(cfg, raw)
     shutil.rmtree(bf.store().root.removeprefix("file://"), ignore_errors=True)
@@ -194,11 +206,15 @@ def run_kappa(args: argparse.Namespace, mode: str, threshold: str) -> dict[str, 
         "plan_step": planned,
         "startup": sum(float(r["seconds"]) - float(r["batch_seconds"]) for r in results),
         "match": {
-            "matched": report.matched_rows, "live": report.target_rows, "variant": report.staged_rows,
-            "only_live": report.only_target_sample, "only_variant": report.only_staged_sample,
-            "only_live_rows": report.only_target_rows, "only_variant_rows": report.only_staged_rows,
+            "matched": report.matched_rows,
+            "live": report.target_rows,
+            "variant": report.staged_rows,
+            "only_live": report.only_target_sample,
+            "only_variant": report.only_staged_sample,
+            "only_live_rows": report.only_target_rows,
+            "only_variant_rows": report.only_staged_rows,
         },
-    }  # fmt: skip
+    }
 
 
 def _stored_progress(store: Any) -> list[dict[str, Any]]:
@@ -207,9 +223,26 @@ def _stored_progress(store: Any) -> list[dict[str, Any]]:
 
 def run_child(args: argparse.Namespace, variant: str, out: Path) -> dict[str, Any]:
     """Run ``variant`` in a fresh process (its own JVM), timed from the parent."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--workdir", str(args.workdir), "--hours", str(args.hours),
-           "--rate", str(args.rate), "--seed", str(args.seed), "--landing", args.landing,
-           "--threshold", args.threshold, "--unordered-files", str(args.unordered_files), "--child", variant]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--workdir",
+        str(args.workdir),
+        "--hours",
+        str(args.hours),
+        "--rate",
+        str(args.rate),
+        "--seed",
+        str(args.seed),
+        "--landing",
+        args.landing,
+        "--threshold",
+        args.threshold,
+        "--unordered-files",
+        str(args.unordered_files),
+        "--child",
+        variant,
+    ]
     began = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.monotonic() - began
@@ -294,10 +327,17 @@ def _streaming_job(spark: Any, args: argparse.Namespace, cfg: Any, variant: str)
         snaps[src.name] = int(cat.load_table(src.table).current_snapshot().snapshot_id)
     ckpt = _fresh(Path(args.workdir) / "runs" / variant / "checkpoint")
     run = SliceRun(
-        backfill_id=f"bench-{variant}", slice_id="s0000", read_start=spec.start, read_end=spec.end,
-        owns_start=start, owns_end=end, max_misalignment_threshold=parse_duration(args.threshold, "--threshold"),
-        snapshot_ids=snaps, staging_tables={sink_name: staging}, checkpoint=str(ckpt),
-    )  # fmt: skip
+        backfill_id=f"bench-{variant}",
+        slice_id="s0000",
+        read_start=spec.start,
+        read_end=spec.end,
+        owns_start=start,
+        owns_end=end,
+        max_misalignment_threshold=parse_duration(args.threshold, "--threshold"),
+        snapshot_ids=snaps,
+        staging_tables={sink_name: staging},
+        checkpoint=str(ckpt),
+    )
     conf = slice_conf(cfg, run, write_catalogs_file(cfg, ckpt.parent / "catalogs.json"))
     if variant == "strawman2":
         for name in cfg.job_sources():
@@ -339,11 +379,15 @@ def _batch_job(spark: Any, args: argparse.Namespace, lake: Path, rows_path: Path
 
     cat = catalog(lake)
     t = time.monotonic()
-    paths = {name: [f.path for f in file_spans(cat.load_table(name), None, "ingestion_ts", None, None)]
-             for name in ("raw.impressions", "raw.playbacks")}  # fmt: skip
+    paths = {
+        name: [f.path for f in file_spans(cat.load_table(name), None, "ingestion_ts", None, None)]
+        for name in ("raw.impressions", "raw.playbacks")
+    }
     listing = time.monotonic() - t
     impressions = spark.read.parquet(*paths["raw.impressions"]).select(
-        F.col("account_id").alias("i_account"), F.col("show_id").alias("i_show"), F.col("event_ts").alias("impression_ts")
+        F.col("account_id").alias("i_account"),
+        F.col("show_id").alias("i_show"),
+        F.col("event_ts").alias("impression_ts"),
     )
     plays = spark.read.parquet(*paths["raw.playbacks"]).select(
         F.col("account_id").alias("p_account"), F.col("show_id").alias("p_show"), F.col("event_ts").alias("play_ts")
@@ -359,14 +403,23 @@ def _batch_job(spark: Any, args: argparse.Namespace, lake: Path, rows_path: Path
         F.count(F.lit(1)).alias("attributed_plays")
     )
     result = summary.select(
-        F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "show_id", "attributed_plays"
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        "show_id",
+        "attributed_plays",
     ).toArrow()
     import pyarrow.parquet as pq
 
     rows_path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(result, rows_path)
-    return {"rows_file": str(rows_path), "planning": listing, "batches": 1, "peak_state_rows": 0,
-            "rows_read": 0, "files": sum(len(v) for v in paths.values())}  # fmt: skip
+    return {
+        "rows_file": str(rows_path),
+        "planning": listing,
+        "batches": 1,
+        "peak_state_rows": 0,
+        "rows_read": 0,
+        "files": sum(len(v) for v in paths.values()),
+    }
 
 
 # --------------------------------------------------------------------------- measures
@@ -414,8 +467,15 @@ def compare_with_live(args: argparse.Namespace, variant: str, result: dict[str, 
     got = got.filter(in_window_mask(got, sink.time_column, start, end))
     got = pa.table({c: got[c].cast(live.schema.field(c).type) for c in live.column_names})
     matched, only_v, only_l, n_v, n_l = compare_rows(got, live, 10)
-    return {"matched": matched, "live": live.num_rows, "variant": got.num_rows, "only_live": only_l,
-            "only_variant": only_v, "only_live_rows": n_l, "only_variant_rows": n_v}  # fmt: skip
+    return {
+        "matched": matched,
+        "live": live.num_rows,
+        "variant": got.num_rows,
+        "only_live": only_l,
+        "only_variant": only_v,
+        "only_live_rows": n_l,
+        "only_variant_rows": n_v,
+    }
 
 
 def match_rate(m: dict[str, Any]) -> float:
@@ -436,8 +496,10 @@ def machine() -> str:
         if line.startswith("model name"):
             cpu = line.split(":", 1)[1].strip()
             break
-    return (f"{os.cpu_count()} vCPU {cpu}, Linux {platform.release()}, Python {platform.python_version()}, "
-            f"PySpark {pyspark.__version__} local[2]")  # fmt: skip
+    return (
+        f"{os.cpu_count()} vCPU {cpu}, Linux {platform.release()}, Python {platform.python_version()}, "
+        f"PySpark {pyspark.__version__} local[2]"
+    )
 
 
 def table(args: argparse.Namespace, lake: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
@@ -453,7 +515,9 @@ def table(args: argparse.Namespace, lake: dict[str, Any], results: dict[str, dic
             continue
         label = LABELS[v].format(files=args.unordered_files)
         if v in ("sequential", "parallel", "sequential_landing"):
-            label += f" ({r['slices']} slices of {args.slice}" + (f", {args.parallelism} at once)" if v == "parallel" else ")")
+            label += f" ({r['slices']} slices of {args.slice}" + (
+                f", {args.parallelism} at once)" if v == "parallel" else ")"
+            )
         ratio = f"{r['wall'] / base:.1f}x" if base else "-"
         match = "(truth)" if v == "live" else f"{match_rate(r['match']):.2f}%"
         lines.append(
@@ -543,10 +607,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     start, end = window(args)
     command = "python benchmarks/bench_talks.py " + " ".join(argv if argv is not None else sys.argv[1:])
     doc = {
-        "command": command, "machine": machine(), "lake": lake, "window": [start.isoformat(), end.isoformat()],
-        "load_before": load_before, "load_after": os.getloadavg(), "wall": time.monotonic() - began,
-        "results": results, "table": text,
-    }  # fmt: skip
+        "command": command,
+        "machine": machine(),
+        "lake": lake,
+        "window": [start.isoformat(), end.isoformat()],
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "wall": time.monotonic() - began,
+        "results": results,
+        "table": text,
+    }
     (args.out or args.workdir / "results.json").write_text(json.dumps(doc, indent=2, default=str))
     print(text)
     print(f"load average before {load_before}, after {os.getloadavg()}; total {doc['wall']:.0f}s")

@@ -107,7 +107,9 @@ def baseline_root(workdir: Path, ref: str) -> Path:
     root = workdir / f"baseline-{ref}"
     if not (root / "airflow_provider_kappa").exists():
         root.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", ref, "airflow_provider_kappa"], cwd=ROOT, capture_output=True, check=True)
+        archive = subprocess.run(
+            ["git", "archive", ref, "airflow_provider_kappa"], cwd=ROOT, capture_output=True, check=True
+        )
         subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
     return root
 
@@ -131,7 +133,9 @@ def child(impl_root: str, step: str, lake: str) -> None:
 
     import airflow_provider_kappa
 
-    assert Path(airflow_provider_kappa.__file__).resolve().is_relative_to(Path(impl_root).resolve()), airflow_provider_kappa.__file__
+    assert Path(airflow_provider_kappa.__file__).resolve().is_relative_to(Path(impl_root).resolve()), (
+        airflow_provider_kappa.__file__
+    )
     from airflow_provider_kappa.backfill.publish import publish_window
     from airflow_provider_kappa.backfill.validate import validate_window
 
@@ -142,13 +146,26 @@ def child(impl_root: str, step: str, lake: str) -> None:
     began = time.monotonic()
     if step == "validate":
         report = validate_window(catalog, TARGET, info["staging"], "window_start", T0, T0 + timedelta(hours=HOURS))
-        result: dict[str, Any] = {"staged": report.staged_rows, "target": report.target_rows, "matched": report.matched_rows}
+        result: dict[str, Any] = {
+            "staged": report.staged_rows,
+            "target": report.target_rows,
+            "matched": report.matched_rows,
+        }
     else:
         published = publish_window(catalog, TARGET, info["staging"], "window_start", T0, T0 + timedelta(hours=HOURS))
         result = {"rows_deleted": published.rows_deleted, "rows_added": published.rows_added}
     seconds = time.monotonic() - began
     peak = _peak_rss()
-    print(json.dumps({"seconds": round(seconds, 2), "peak_rss_mb": round(peak / 2**20), "rss_before_mb": round(rss_before / 2**20), **result}))
+    print(
+        json.dumps(
+            {
+                "seconds": round(seconds, 2),
+                "peak_rss_mb": round(peak / 2**20),
+                "rss_before_mb": round(rss_before / 2**20),
+                **result,
+            }
+        )
+    )
 
 
 def run(impl: str, root: Path, step: str, lake: Path) -> dict[str, Any]:
@@ -205,7 +222,9 @@ def main() -> None:
     print("\n| rows in window | step | code | wall s | peak RSS MB | RSS before step MB |")
     print("|---:|---|---|---:|---:|---:|")
     for r in results["runs"]:
-        print(f"| {r['size']:,} | {r['step']} | {r['impl']} | {r['seconds']} | {r['peak_rss_mb']} | {r['rss_before_mb']} |")
+        print(
+            f"| {r['size']:,} | {r['step']} | {r['impl']} | {r['seconds']} | {r['peak_rss_mb']} | {r['rss_before_mb']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,9 @@ def append_events(table: Any, rows: Iterable[dict[str, Any]]) -> None:
     table.append(pa.Table.from_pylist(rows, schema=RAW_EVENTS_ARROW))
 
 
-def event(i: int, ingestion: datetime, *, account: int = 1, show: int = 1, delay: timedelta = timedelta(seconds=1)) -> dict[str, Any]:
+def event(
+    i: int, ingestion: datetime, *, account: int = 1, show: int = 1, delay: timedelta = timedelta(seconds=1)
+) -> dict[str, Any]:
     """One landed event: event time ``delay`` before its ingestion time."""
     return {
         "event_id": f"e{i}",
@@ -83,7 +85,12 @@ def create_summary_table(catalog: Any, identifier: str, *, partitioned: bool = T
 def summary_row(minute: int, show: int, plays: int) -> dict[str, Any]:
     """One summary row whose 5-minute window starts ``minute`` minutes after T0."""
     start = T0 + timedelta(minutes=minute)
-    return {"window_start": start, "window_end": start + timedelta(minutes=5), "show_id": show, "attributed_plays": plays}
+    return {
+        "window_start": start,
+        "window_end": start + timedelta(minutes=5),
+        "show_id": show,
+        "attributed_plays": plays,
+    }
 
 
 def summary_table(rows: Iterable[dict[str, Any]]) -> Any:
@@ -124,7 +131,15 @@ def sessions_arrow() -> Any:
     import pyarrow as pa
 
     ts = pa.timestamp("us", tz="UTC")
-    return pa.schema([("account_id", pa.int64()), ("session_start", ts), ("session_end", ts), ("plays", pa.int64()), ("last_play_ts", ts)])
+    return pa.schema(
+        [
+            ("account_id", pa.int64()),
+            ("session_start", ts),
+            ("session_end", ts),
+            ("plays", pa.int64()),
+            ("last_play_ts", ts),
+        ]
+    )
 
 
 def expected_sessions(events: Iterable[dict[str, Any]], gap: timedelta = timedelta(minutes=5)) -> list[dict[str, Any]]:
@@ -154,7 +169,9 @@ INCIDENT_START = T0 + timedelta(hours=1)
 INCIDENT_END = T0 + timedelta(hours=3)
 
 
-def seed_sessions_incident(catalog: Any, source: str = "raw.playbacks", target: str = "prod.playback_sessions") -> list[dict[str, Any]]:
+def seed_sessions_incident(
+    catalog: Any, source: str = "raw.playbacks", target: str = "prod.playback_sessions"
+) -> list[dict[str, Any]]:
     """A tiny playback lake with an incident: ``source`` holds playbacks from 00:00 to 03:50; ``target``
     holds the sessionizer's correct rows outside [01:00, 03:00) and wrong ones inside (a session
     missing, one with a wrong count, one spurious). Sessions stay short (under 10 minutes); some
@@ -185,8 +202,13 @@ def seed_sessions_incident(catalog: Any, source: str = "raw.playbacks", target: 
     inside = [s for s in sessions if INCIDENT_START <= s["session_start"] < INCIDENT_END]
     outside = [s for s in sessions if not INCIDENT_START <= s["session_start"] < INCIDENT_END]
     wrong = [dict(s, plays=99) if s["account_id"] == 2 else s for s in inside if s["account_id"] != 1]
-    spurious = {"account_id": 6, "session_start": T0 + timedelta(minutes=90), "session_end": T0 + timedelta(minutes=95),
-                "plays": 1, "last_play_ts": T0 + timedelta(minutes=90)}  # fmt: skip
+    spurious = {
+        "account_id": 6,
+        "session_start": T0 + timedelta(minutes=90),
+        "session_end": T0 + timedelta(minutes=95),
+        "plays": 1,
+        "last_play_ts": T0 + timedelta(minutes=90),
+    }
     table = create_sessions_table(catalog, target)
     table.append(pa.Table.from_pylist(outside + wrong + [spurious], schema=sessions_arrow()))
     return outside + inside

@@ -87,4 +87,3 @@ class Backfill:
         """The state file of the Spark Connect server kappa owns for this backfill (see
         :class:`~airflow_provider_kappa.engine.connect_server.LocalConnectServer`)."""
         return connect_state_path(self.store().root, self.id)
-

@@ -76,7 +76,11 @@ def check_slice_count(bf: Backfill, max_slices: int = MAX_SLICES) -> int:
 
     count = slice_count(bf.params)
     if count > max_slices:
-        span = bf.params.end - bf.params.start if bf.params.mode == "parallel" else bf.params.read_end - bf.params.read_start
+        span = (
+            bf.params.end - bf.params.start
+            if bf.params.mode == "parallel"
+            else bf.params.read_end - bf.params.read_start
+        )
         fits = -(-span // max_slices)
         units = (timedelta(days=1), timedelta(hours=1), timedelta(minutes=1), timedelta(seconds=1))
         unit = next((u for u in units if fits >= u), units[-1])
@@ -136,9 +140,7 @@ def check_application(cfg: JobConfig) -> Path:
     return app
 
 
-def check_tables(
-    cfg: JobConfig, sources: Sequence[str], catalog_for: CatalogFor, *, sinks: bool = True
-) -> None:
+def check_tables(cfg: JobConfig, sources: Sequence[str], catalog_for: CatalogFor, *, sinks: bool = True) -> None:
     """Refuse a backfill whose tables are not there, before it writes anything (no tag, no
     checkpoint, no staging table): every source read must be an existing table whose ingestion
     column is a ``timestamptz`` (or ``timestamp``), and every sink's target an existing table

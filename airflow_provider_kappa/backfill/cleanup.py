@@ -209,7 +209,11 @@ def find_leftovers(cfg: JobConfig, catalog_for: CatalogFor | None = None) -> lis
                 if table is None:  # dropped since the listing
                     continue
                 staged = found.get(backfill_id, Leftovers(backfill_id)).staging
-                note(backfill_id, _from_millis(table.metadata.last_updated_ms), staging=(*staged, (catalog_name, target, identifier)))
+                note(
+                    backfill_id,
+                    _from_millis(table.metadata.last_updated_ms),
+                    staging=(*staged, (catalog_name, target, identifier)),
+                )
         table = _load(catalog, target)
         if table is None:
             continue
@@ -361,7 +365,9 @@ def remove(cfg: JobConfig, leftovers: Leftovers, catalog_for: CatalogFor | None 
     if leftovers.checkpoint is not None:
         _delete_folder(leftovers.checkpoint)
         log.info("backfill %s: removed its checkpoint folder %s", backfill_id, leftovers.checkpoint)
-    state_folder = connect_state_path(backfill_root(cfg.job.checkpoint_root, cfg.job.name, backfill_id), backfill_id).parent
+    state_folder = connect_state_path(
+        backfill_root(cfg.job.checkpoint_root, cfg.job.name, backfill_id), backfill_id
+    ).parent
     if state_folder.is_dir():  # a remote checkpoint root keeps it in a temporary folder of this machine
         _delete_folder(str(state_folder))
     return None

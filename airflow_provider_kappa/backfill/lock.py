@@ -154,11 +154,15 @@ def read_locks(table: Table) -> list[BackfillLock]:
     ]
 
 
-def _blocking(locks: list[BackfillLock], backfill_id: str, start: datetime, end: datetime, now: datetime) -> list[BackfillLock]:
+def _blocking(
+    locks: list[BackfillLock], backfill_id: str, start: datetime, end: datetime, now: datetime
+) -> list[BackfillLock]:
     return [lk for lk in locks if lk.backfill_id != backfill_id and lk.overlaps(start, end) and not lk.stale(now)]
 
 
-def _refusal(table: Table, holder: BackfillLock, backfill_id: str, start: datetime, end: datetime) -> KappaConcurrencyError:
+def _refusal(
+    table: Table, holder: BackfillLock, backfill_id: str, start: datetime, end: datetime
+) -> KappaConcurrencyError:
     hint = f" release it with: {holder.release}" if holder.release else " remove its table property " + holder.key
     return KappaConcurrencyError(
         f"backfill {backfill_id} of [{start.isoformat()}, {end.isoformat()}) refused: target {_table_name(table)} is "
@@ -245,7 +249,13 @@ def take_lock(
             if not held:
                 release_lock(table, backfill_id)
             raise _refusal(table, lost[0], backfill_id, lo, hi)
-        log.info("target %s: locked [%s, %s) for backfill %s", _table_name(table), lo.isoformat(), hi.isoformat(), backfill_id)
+        log.info(
+            "target %s: locked [%s, %s) for backfill %s",
+            _table_name(table),
+            lo.isoformat(),
+            hi.isoformat(),
+            backfill_id,
+        )
         return mine, held
     raise KappaConcurrencyError(
         f"backfill {backfill_id}: could not commit its lock on {_table_name(table)} in {max_attempts} attempt(s) "
@@ -323,9 +333,14 @@ def lock(bf: Backfill, *, retention: timedelta = DEFAULT_TAG_RETENTION) -> list[
     try:
         for catalog, table in targets(bf):
             _, held = take_lock(
-                load_target(bf, catalog, table), bf.id, bf.cfg.job.name, bf.params.start, bf.params.end,
-                retention=retention, release=release_command(bf),
-            )  # fmt: skip
+                load_target(bf, catalog, table),
+                bf.id,
+                bf.cfg.job.name,
+                bf.params.start,
+                bf.params.end,
+                retention=retention,
+                release=release_command(bf),
+            )
             if not held:
                 taken.append((catalog, table))
     except BaseException:
@@ -356,6 +371,12 @@ def release_command(bf: Backfill) -> str:
 
     from airflow_provider_kappa.backfill.params import to_argv
 
-    argv = ["kappa", "backfill", "--config", str(bf.cfg.path), *to_argv(bf.params, identity_only=True), "--release-lock"]
+    argv = [
+        "kappa",
+        "backfill",
+        "--config",
+        str(bf.cfg.path),
+        *to_argv(bf.params, identity_only=True),
+        "--release-lock",
+    ]
     return shlex.join(argv)
-

@@ -41,9 +41,7 @@ DURATION_PATTERN = rf"^\s*({_SHORT_DURATION}|{_ISO_DURATION})\s*$"
 #: The same, but some digit must be non-zero (a positive duration).
 POSITIVE_DURATION_PATTERN = rf"^(?=[^1-9]*[1-9])\s*({_SHORT_DURATION}|{_ISO_DURATION})\s*$"
 #: An ISO-8601 timestamp with a UTC offset (``Z`` or ``+hh:mm``); naive timestamps do not match.
-TIMESTAMP_PATTERN = (
-    r"^\s*\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}:?\d{2})\s*$"
-)
+TIMESTAMP_PATTERN = r"^\s*\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}:?\d{2})\s*$"
 _TIMESTAMP_FORM = "ISO-8601 timestamp with an offset, e.g. 2026-11-01T00:00:00+00:00"
 _DURATION_FORMS = "duration: 30s, 15min, 1h, 2d or ISO-8601 (PT15M)"
 
@@ -223,53 +221,168 @@ def _tail_default(cfg: JobConfig, values: Mapping[str, Any]) -> timedelta | None
 
 #: The backfill parameters, in form order (the CLI order of DESIGN.md is :data:`CLI_PARAMS`).
 PARAMS: tuple[Param, ...] = (
-    Param("start", "--start", "timestamp", "First instant of the window to replace (inclusive)",
-          None, "required", "T", identity="start", title="Window start"),
-    Param("end", "--end", "timestamp", "End of the window to replace (exclusive, after start)",
-          None, "required", "T", identity="end", title="Window end"),
-    Param("sources", "--sources", "sources", "Job sources to read from their Iceberg candidates",
-          lambda cfg, v: list(cfg.job_sources()), "all the job's sources", "a,b", identity="sources"),
-    Param("slice", "--slice", "duration",
-          "Slice length (one run of the unchanged job each), slices aligned to multiples of it from the epoch",
-          lambda cfg, v: cfg.backfill.slice, "backfill.slice of kappa.yaml, else 1h", "1h", "advanced", "slice",
-          title="Slice length"),
-    Param("max_misalignment_threshold", "--max-misalignment", "duration",
-          "Ingestion time one micro-batch may advance, at most the slice",
-          lambda cfg, v: default_threshold(cfg, v.get("sources")),
-          "the smallest max_misalignment_threshold of the sources, else 15min", "15min", "advanced", "threshold"),
-    Param("warmup", "--warmup", "duration", "Ingestion time read before start to bootstrap state",
-          lambda cfg, v: cfg.backfill.warmup, "backfill.warmup, else 0s", "0s", "advanced", "warmup",
-          allow_zero=True),
-    Param("tail", "--tail", "duration",
-          "Ingestion time read after end, so late events and the watermark close windows",
-          _tail_default, "backfill.tail, else the threshold", "15min", "advanced", "tail",
-          allow_zero=True, nullable=True),
-    Param("mode", "--mode", "enum",
-          "sequential: one shared checkpoint, slices in order (exact for any stateful job); "
-          "parallel: independent slices (state spanning at most warmup)",
-          lambda cfg, v: cfg.backfill.mode, "backfill.mode, else sequential", identity="mode", choices=MODES),
-    Param("dry_run", "--dry-run", "bool", "Write nothing outside staging (validate, do not publish)",
-          lambda cfg, v: False, "false"),
-    Param("publish", "--no-publish", "bool",
-          "Publish the staged window after a passing validation",
-          lambda cfg, v: True, "true"),
-    Param("min_match", "--min-match", "number",
-          "Minimum match rate of staged vs current rows; below it, nothing is published",
-          lambda cfg, v: cfg.backfill.min_match, "backfill.min_match, else 0", "99.9", bounds=(0, 100),
-          unit="percentage", title="Minimum match rate (%)"),
-    Param("allow_open_end", "--allow-open-end", "bool",
-          "Run when end + tail lies past the landed data, publishing only the part of the window it closes",
-          lambda cfg, v: False, "false", section="advanced"),
-    Param("ledger", "--ledger", "bool",
-          "Replay live's micro-batches from the live ledger kappa run recorded (job.ledger): exact against Kafka-live",
-          lambda cfg, v: False, "false", section="advanced", identity="ledger", title="Replay live's micro-batches"),
-)  # fmt: skip
+    Param(
+        "start",
+        "--start",
+        "timestamp",
+        "First instant of the window to replace (inclusive)",
+        None,
+        "required",
+        "T",
+        identity="start",
+        title="Window start",
+    ),
+    Param(
+        "end",
+        "--end",
+        "timestamp",
+        "End of the window to replace (exclusive, after start)",
+        None,
+        "required",
+        "T",
+        identity="end",
+        title="Window end",
+    ),
+    Param(
+        "sources",
+        "--sources",
+        "sources",
+        "Job sources to read from their Iceberg candidates",
+        lambda cfg, v: list(cfg.job_sources()),
+        "all the job's sources",
+        "a,b",
+        identity="sources",
+    ),
+    Param(
+        "slice",
+        "--slice",
+        "duration",
+        "Slice length (one run of the unchanged job each), slices aligned to multiples of it from the epoch",
+        lambda cfg, v: cfg.backfill.slice,
+        "backfill.slice of kappa.yaml, else 1h",
+        "1h",
+        "advanced",
+        "slice",
+        title="Slice length",
+    ),
+    Param(
+        "max_misalignment_threshold",
+        "--max-misalignment",
+        "duration",
+        "Ingestion time one micro-batch may advance, at most the slice",
+        lambda cfg, v: default_threshold(cfg, v.get("sources")),
+        "the smallest max_misalignment_threshold of the sources, else 15min",
+        "15min",
+        "advanced",
+        "threshold",
+    ),
+    Param(
+        "warmup",
+        "--warmup",
+        "duration",
+        "Ingestion time read before start to bootstrap state",
+        lambda cfg, v: cfg.backfill.warmup,
+        "backfill.warmup, else 0s",
+        "0s",
+        "advanced",
+        "warmup",
+        allow_zero=True,
+    ),
+    Param(
+        "tail",
+        "--tail",
+        "duration",
+        "Ingestion time read after end, so late events and the watermark close windows",
+        _tail_default,
+        "backfill.tail, else the threshold",
+        "15min",
+        "advanced",
+        "tail",
+        allow_zero=True,
+        nullable=True,
+    ),
+    Param(
+        "mode",
+        "--mode",
+        "enum",
+        "sequential: one shared checkpoint, slices in order (exact for any stateful job); "
+        "parallel: independent slices (state spanning at most warmup)",
+        lambda cfg, v: cfg.backfill.mode,
+        "backfill.mode, else sequential",
+        identity="mode",
+        choices=MODES,
+    ),
+    Param(
+        "dry_run",
+        "--dry-run",
+        "bool",
+        "Write nothing outside staging (validate, do not publish)",
+        lambda cfg, v: False,
+        "false",
+    ),
+    Param(
+        "publish",
+        "--no-publish",
+        "bool",
+        "Publish the staged window after a passing validation",
+        lambda cfg, v: True,
+        "true",
+    ),
+    Param(
+        "min_match",
+        "--min-match",
+        "number",
+        "Minimum match rate of staged vs current rows; below it, nothing is published",
+        lambda cfg, v: cfg.backfill.min_match,
+        "backfill.min_match, else 0",
+        "99.9",
+        bounds=(0, 100),
+        unit="percentage",
+        title="Minimum match rate (%)",
+    ),
+    Param(
+        "allow_open_end",
+        "--allow-open-end",
+        "bool",
+        "Run when end + tail lies past the landed data, publishing only the part of the window it closes",
+        lambda cfg, v: False,
+        "false",
+        section="advanced",
+    ),
+    Param(
+        "ledger",
+        "--ledger",
+        "bool",
+        "Replay live's micro-batches from the live ledger kappa run recorded (job.ledger): exact against Kafka-live",
+        lambda cfg, v: False,
+        "false",
+        section="advanced",
+        identity="ledger",
+        title="Replay live's micro-batches",
+    ),
+)
 #: Every parameter name, in form order.
 KEYS = tuple(p.name for p in PARAMS)
 BY_NAME = {p.name: p for p in PARAMS}
 #: The parameters in the order of the CLI flags (DESIGN.md "Command line").
-CLI_PARAMS = tuple(BY_NAME[k] for k in ("start", "end", "mode", "slice", "warmup", "tail", "max_misalignment_threshold",
-                                       "sources", "dry_run", "publish", "min_match", "allow_open_end", "ledger"))  # fmt: skip
+CLI_PARAMS = tuple(
+    BY_NAME[k]
+    for k in (
+        "start",
+        "end",
+        "mode",
+        "slice",
+        "warmup",
+        "tail",
+        "max_misalignment_threshold",
+        "sources",
+        "dry_run",
+        "publish",
+        "min_match",
+        "allow_open_end",
+        "ledger",
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -312,8 +425,8 @@ class BackfillParams:
         return {p.name: p.dump(getattr(self, p.name)) for p in PARAMS}
 
 
-BackfillParams.__doc__ = (BackfillParams.__doc__ or "") + "\n" + "\n".join(
-    f"    :param {p.name}: {p.help}." for p in PARAMS
+BackfillParams.__doc__ = (
+    (BackfillParams.__doc__ or "") + "\n" + "\n".join(f"    :param {p.name}: {p.help}." for p in PARAMS)
 )
 
 

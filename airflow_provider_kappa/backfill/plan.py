@@ -246,9 +246,12 @@ def slice_bounds(params: BackfillParams) -> list[tuple[datetime, datetime, datet
     """
     if params.mode == PARALLEL:
         return [
-            (cs - params.warmup, ce + params.tail, cs, ce) for cs, ce in aligned_grid(params.start, params.end, params.slice)
+            (cs - params.warmup, ce + params.tail, cs, ce)
+            for cs, ce in aligned_grid(params.start, params.end, params.slice)
         ]
-    return [(cs, ce, params.start, params.end) for cs, ce in aligned_grid(params.read_start, params.read_end, params.slice)]
+    return [
+        (cs, ce, params.start, params.end) for cs, ce in aligned_grid(params.read_start, params.read_end, params.slice)
+    ]
 
 
 def slice_id(index: int, count: int) -> str:
@@ -368,7 +371,6 @@ def slice_is_empty(sp: SlicePlan) -> bool:
     return bool(sp.stats) and all(s.files == 0 for s in sp.stats)
 
 
-
 def staging_tables(bf: Backfill, sink: IcebergSinkConfig, plan: BackfillPlan) -> list[str]:
     """Staging tables of ``sink`` for every slice of ``plan`` that reads data, in slice order
     (an empty slice creates none: validate and publish count it as zero rows).
@@ -441,4 +443,3 @@ def null_ingestion_warnings(bf: Backfill, snapshot_ids: Mapping[str, int]) -> li
                 "no slice reads them (a row without an ingestion time belongs to no slice)"
             )
     return out
-

@@ -135,7 +135,9 @@ def publish_window(
     try:
         table = catalog.load_table(target_table)
     except NoSuchTableError as e:
-        raise KappaSinkError(f"publish: target table {target_table!r} does not exist in catalog {catalog.name!r}") from e
+        raise KappaSinkError(
+            f"publish: target table {target_table!r} does not exist in catalog {catalog.name!r}"
+        ) from e
     staged = staged_files(catalog, staging, table, time_column, start, end, drop_until=drop_until)
     props = {STAGING_PROPERTY: ",".join(staging)[:2000], **(snapshot_properties or {})}
     return _commit_window(table, staged, time_column, start, end, max_attempts=max_attempts, snapshot_properties=props)
@@ -174,9 +176,14 @@ def replace_window(
     outside = staged.num_rows - int(pc.sum(in_window_mask(staged, time_column, lo, hi)).as_py() or 0)
     _refuse_outside(outside, time_column, lo, hi)
     return _commit_window(
-        table, _Staged(rows=[staged] if staged.num_rows else []), time_column, start, end,
-        max_attempts=max_attempts, snapshot_properties=snapshot_properties,
-    )  # fmt: skip
+        table,
+        _Staged(rows=[staged] if staged.num_rows else []),
+        time_column,
+        start,
+        end,
+        max_attempts=max_attempts,
+        snapshot_properties=snapshot_properties,
+    )
 
 
 @dataclass
@@ -406,10 +413,16 @@ def _write_rows(table: Table, rows: list[pa.Table], rewrite: list[Table]) -> lis
 
     def write(part: pa.Table) -> None:
         try:
-            _check_pyarrow_schema_compatible(table.schema(), provided_schema=part.schema, format_version=table.metadata.format_version)
+            _check_pyarrow_schema_compatible(
+                table.schema(), provided_schema=part.schema, format_version=table.metadata.format_version
+            )
         except ValueError as e:
-            raise KappaSinkError(f"publish: staged rows do not match the schema of {'.'.join(table.name())}: {e}") from e
-        written.extend(_dataframe_to_data_files(table_metadata=table.metadata, df=part, io=table.io, write_uuid=uuid.uuid4()))
+            raise KappaSinkError(
+                f"publish: staged rows do not match the schema of {'.'.join(table.name())}: {e}"
+            ) from e
+        written.extend(
+            _dataframe_to_data_files(table_metadata=table.metadata, df=part, io=table.io, write_uuid=uuid.uuid4())
+        )
 
     try:
         for part in rows:
@@ -417,8 +430,10 @@ def _write_rows(table: Table, rows: list[pa.Table], rewrite: list[Table]) -> lis
         for source in rewrite:
             log.warning(
                 "publish: staging table %s does not share the layout of %s (schema ids or partition spec changed): "
-                "its rows are written again instead of committed by reference", ".".join(source.name()), ".".join(table.name()),
-            )  # fmt: skip
+                "its rows are written again instead of committed by reference",
+                ".".join(source.name()),
+                ".".join(table.name()),
+            )
             held: list[pa.RecordBatch] = []
             for batch in table_batches(source, plan(source)):
                 try:
@@ -511,4 +526,3 @@ def _publish_failure(bf: Backfill, results: Mapping[str, Any], cause: BaseExcept
         "same kappa backfill command again with --resume (or clear the publish task in Airflow) once the catalog is "
         f"free; to abandon the backfill instead, release the lock: {release_command(bf)}"
     )
-

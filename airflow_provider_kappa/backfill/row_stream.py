@@ -119,7 +119,9 @@ def _direct_columns(file_schema: pa.Schema, table: Table, schema: pa.Schema) -> 
     return names
 
 
-def _pyiceberg_batches(table: Table, task: FileScanTask, schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
+def _pyiceberg_batches(
+    table: Table, task: FileScanTask, schema: pa.Schema, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
     """One task through pyiceberg's reader (deletes applied, schema evolution resolved)."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan

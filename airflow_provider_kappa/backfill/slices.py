@@ -244,7 +244,11 @@ def _skip_slice(sp: SlicePlan, store: CheckpointStore, nxt: str | None, epoch: s
         store.finish_parallel(sp.slice_id, result, epoch)
     log.info(
         "slice %s (%d/%d, %s): skipped, no source has data in its read range [%s, %s); recorded done with 0 rows",
-        sp.slice_id, sp.index + 1, sp.count, sp.mode, sp.read_start.isoformat(), sp.read_end.isoformat(),
-    )  # fmt: skip
+        sp.slice_id,
+        sp.index + 1,
+        sp.count,
+        sp.mode,
+        sp.read_start.isoformat(),
+        sp.read_end.isoformat(),
+    )
     return result
-

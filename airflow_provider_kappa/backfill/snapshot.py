@@ -131,6 +131,8 @@ def _create_tag(table: Any, snapshot_id: int, name: str, retention: timedelta) -
                     f"not the pinned snapshot {snapshot_id}; release it or rerun with the same parameters"
                 )
             return
-        table.manage_snapshots().create_tag(snapshot_id, name, max_ref_age_ms=int(retention.total_seconds() * 1000)).commit()
+        table.manage_snapshots().create_tag(
+            snapshot_id, name, max_ref_age_ms=int(retention.total_seconds() * 1000)
+        ).commit()
 
     retry_commit(f"tag {name!r} of {'.'.join(table.name())!r}", step, table, "retry the step")

@@ -56,4 +56,3 @@ def summary(
     elif not p.publish:
         lines.append("  publish off: nothing published; staged rows kept")
     return "\n".join(lines)
-

@@ -219,7 +219,9 @@ def window_filter(schema: Schema, time_column: str, start: datetime, end: dateti
         raise KappaSinkError(f"window end {hi.isoformat()} must be after window start {lo.isoformat()}")
     found = schema.find_field(time_column) if time_column in schema.column_names else None
     if found is None:
-        raise KappaSinkError(f"time_column {time_column!r} is not a column of the table; columns: {schema.column_names}")
+        raise KappaSinkError(
+            f"time_column {time_column!r} is not a column of the table; columns: {schema.column_names}"
+        )
     ftype = found.field_type
     if isinstance(ftype, TimestamptzType):
         bounds = (lo.isoformat(), hi.isoformat())
@@ -246,7 +248,9 @@ def read_window(table: Table, time_column: str, start: datetime, end: datetime) 
     return table.scan(row_filter=window_filter(table.schema(), time_column, start, end)).to_arrow()
 
 
-def in_window_mask(rows: pa.Table | pa.RecordBatch, time_column: str, start: datetime, end: datetime) -> pa.ChunkedArray:
+def in_window_mask(
+    rows: pa.Table | pa.RecordBatch, time_column: str, start: datetime, end: datetime
+) -> pa.ChunkedArray:
     """Boolean mask of ``rows`` whose ``time_column`` is in ``[start, end)`` (null is outside).
 
     :param rows: Arrow rows with a timestamp (with or without zone) or date ``time_column``.
@@ -272,7 +276,9 @@ def in_window_mask(rows: pa.Table | pa.RecordBatch, time_column: str, start: dat
     return pc.fill_null(mask, False)
 
 
-def read_staged(catalog: Catalog, staging: Iterable[str], schema: pa.Schema, row_filter: BooleanExpression | None = None) -> pa.Table:
+def read_staged(
+    catalog: Catalog, staging: Iterable[str], schema: pa.Schema, row_filter: BooleanExpression | None = None
+) -> pa.Table:
     """The union of the staging tables' rows (optionally filtered), cast to ``schema``.
 
     :param catalog: the pyiceberg catalog.
@@ -321,7 +327,9 @@ def _key_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, pa.string() if pa.types.is_nested(f.type) else f.type) for f in schema])
 
 
-def _compare_grouped(grouped: pa.Table, sample: int) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int]:
+def _compare_grouped(
+    grouped: pa.Table, sample: int
+) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int]:
     """Matched rows, samples and excess counts of a ``group_by(rows).aggregate(staged sum, target sum)``."""
     import pyarrow.compute as pc
 
@@ -354,7 +362,9 @@ def _group(both: pa.Table) -> pa.Table:
     return both.group_by(keys, use_threads=False).aggregate([(_STAGED, "sum"), (_TARGET, "sum")])
 
 
-def compare_rows(staged: pa.Table, target: pa.Table, sample: int) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int]:
+def compare_rows(
+    staged: pa.Table, target: pa.Table, sample: int
+) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int]:
     """Multiset comparison of two tables with the same columns, both held in memory
     (:func:`validate_window` streams instead).
 
@@ -490,9 +500,14 @@ class _WindowCounter:
             for k in range(4):
                 sides[k][i] += self.counts[v][k]
         return WindowCounts(
-            first=from_micros(first).isoformat(), step_seconds=step / 1e6, grid=grid, staged=sides[0], target=sides[1],
-            only_staged=sides[2], only_target=sides[3],
-        )  # fmt: skip
+            first=from_micros(first).isoformat(),
+            step_seconds=step / 1e6,
+            grid=grid,
+            staged=sides[0],
+            target=sides[1],
+            only_staged=sides[2],
+            only_target=sides[3],
+        )
 
 
 def _micros(column: pa.Array | pa.ChunkedArray) -> Any:
@@ -703,9 +718,17 @@ def validate_window(
     :raises KappaSinkError: if a table is missing or a staging table does not match the target.
     """
     return _validate(
-        catalog, target_table, staging, time_column, start, end, sample,
-        batch_rows=batch_rows, partition_bytes=partition_bytes, spill_dir=spill_dir,
-    )[0]  # fmt: skip
+        catalog,
+        target_table,
+        staging,
+        time_column,
+        start,
+        end,
+        sample,
+        batch_rows=batch_rows,
+        partition_bytes=partition_bytes,
+        spill_dir=spill_dir,
+    )[0]
 
 
 def _validate(
@@ -726,7 +749,9 @@ def _validate(
     try:
         target = catalog.load_table(target_table)
     except NoSuchTableError as e:
-        raise KappaSinkError(f"validate: target table {target_table!r} does not exist in catalog {catalog.name!r}") from e
+        raise KappaSinkError(
+            f"validate: target table {target_table!r} does not exist in catalog {catalog.name!r}"
+        ) from e
     row_filter = window_filter(target.schema(), time_column, start, end)
     schema = plain_schema(target)
     target_tasks = plan(target, row_filter)
@@ -737,7 +762,9 @@ def _validate(
         except NoSuchTableError as e:
             raise KappaSinkError(f"staging table {identifier!r} does not exist in catalog {catalog.name!r}") from e
         staged_plans.append((identifier, table, plan(table)))
-    planned = sum(t.file.record_count for t in target_tasks) + sum(t.file.record_count for *_, ts in staged_plans for t in ts)
+    planned = sum(t.file.record_count for t in target_tasks) + sum(
+        t.file.record_count for *_, ts in staged_plans for t in ts
+    )
     counts = {"staged": 0, "target": 0, "outside": 0}
     hours: dict[str, dict[str, int]] = {"staged": {}, "target": {}}
     windows = _WindowCounter(start, end)
@@ -862,4 +889,3 @@ def check_gate(bf: Backfill, reports: Mapping[str, ValidationReport]) -> None:
                 f"{report.target_table} holds {report.target_rows} there; refusing to replace the window with nothing "
                 "(check the window and the source data)"
             )
-

@@ -49,8 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         cause = root_transient_cause(e)
         if cause is None:
             raise
-        print(f"kappa {args.verb}: error: {one_line(cause)}: a catalog or storage fault that may pass; "
-              "rerun the same command (kappa backfill: with --resume)", file=sys.stderr)  # fmt: skip
+        print(
+            f"kappa {args.verb}: error: {one_line(cause)}: a catalog or storage fault that may pass; "
+            "rerun the same command (kappa backfill: with --resume)",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -46,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip slices that completed in an earlier run with the same parameters (default: rerun all)",
     )
-    parser.add_argument("--spark-conn-id", help="engine submit: an Airflow Spark connection to submit through (default: job.master)")
+    parser.add_argument(
+        "--spark-conn-id", help="engine submit: an Airflow Spark connection to submit through (default: job.master)"
+    )
     parser.add_argument(
         "--release-lock",
         action="store_true",
@@ -131,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
     bf = load_backfill(args)
     if args.release_lock:
         released = release(bf)
-        console.print(f"backfill {bf.id}: lock released on {released}" if released else f"backfill {bf.id}: held no lock")
+        console.print(
+            f"backfill {bf.id}: lock released on {released}" if released else f"backfill {bf.id}: held no lock"
+        )
         return 0
     print_header(console, bf)
     snapshot_ids = snapshot(bf)

@@ -17,7 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hours", type=float, default=2.0, help="hours of landed events (default 2, at least 2)")
     parser.add_argument("--rate", type=float, default=10.0, help="impressions per second (default 10; playbacks 1/10)")
     parser.add_argument("--seed", type=int, default=7, help="lake generator seed (default 7)")
-    parser.add_argument("--jobs", default=",".join(JOBS), help=f"example jobs, comma separated (default {','.join(JOBS)})")
+    parser.add_argument(
+        "--jobs", default=",".join(JOBS), help=f"example jobs, comma separated (default {','.join(JOBS)})"
+    )
     parser.add_argument("--modes", default=",".join(MODES), help=f"backfill modes (default {','.join(MODES)})")
     parser.add_argument("--landing", default="10min", help="landing interval of the generated lake (default 10min)")
     parser.add_argument(

@@ -27,7 +27,10 @@ APPLICATION = "airflow_provider_kappa.spark.landing"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``kappa land``."""
     parser.add_argument("--config", required=True, help="path to the job's kappa.yaml")
-    parser.add_argument("--sources", help="dynamic sources to land, comma-separated (default: every one with a kafka and an iceberg candidate)")
+    parser.add_argument(
+        "--sources",
+        help="dynamic sources to land, comma-separated (default: every one with a kafka and an iceberg candidate)",
+    )
     parser.add_argument("--available-now", action="store_true", help="land what the topics hold now, then exit")
     parser.add_argument("--checkpoint", help="checkpoint folder (default <checkpoint_root>/<job>/land)")
 
@@ -50,9 +53,14 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = args.checkpoint or land_checkpoint(cfg)
     private = Path(checkpoint) / "_kappa"
     catalogs_file = write_catalogs_file(cfg, private / "catalogs.json", sorted({i.iceberg.catalog for i in items}))
-    conf = kafka_connector_conf(land_conf(cfg, items, catalogs_file, checkpoint=checkpoint, available_now=args.available_now))
+    conf = kafka_connector_conf(
+        land_conf(cfg, items, catalogs_file, checkpoint=checkpoint, available_now=args.available_now)
+    )
     every = "what the topics hold now" if args.available_now else f"every {format_duration(cfg.land.interval)}"
-    print(f"kappa land: {cfg.job.name} on {cfg.job.master}, {every}, checkpoint {checkpoint}\n{describe(items)}", flush=True)
+    print(
+        f"kappa land: {cfg.job.name} on {cfg.job.master}, {every}, checkpoint {checkpoint}\n{describe(items)}",
+        flush=True,
+    )
     try:
         with sigterm_raises(lambda signum: KeyboardInterrupt(f"signal {signum}")):  # stopped: its normal end
             submit(

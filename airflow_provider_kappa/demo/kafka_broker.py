@@ -104,8 +104,17 @@ class KafkaBroker:
         return path
 
     def _java_command(self, main: str, *args: str) -> list[str]:
-        return [_java(), "-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
-                "-cp", broker_classpath(), main, *args]  # fmt: skip
+        return [
+            _java(),
+            "-Xms64m",
+            "-Xmx512m",
+            "-XX:+UseSerialGC",
+            "-Djava.awt.headless=true",
+            "-cp",
+            broker_classpath(),
+            main,
+            *args,
+        ]
 
     def start(self) -> KafkaBroker:
         """Format the storage (first start only), start the node and wait until it serves.
@@ -125,23 +134,36 @@ class KafkaBroker:
         props = self.properties()
         if not (self.work / "data" / "meta.properties").exists():
             fmt = subprocess.run(
-                self._java_command("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props), "--ignore-formatted"),
-                capture_output=True, text=True, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+                self._java_command(
+                    "kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props), "--ignore-formatted"
+                ),
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+            )
             if fmt.returncode != 0:
                 raise KappaEngineError(f"formatting the Kafka storage in {self.work} failed: {fmt.stdout}{fmt.stderr}")
         with self.log_file.open("ab") as out:
             self.proc = subprocess.Popen(
                 self._java_command("kafka.Kafka", str(props)),
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         offset = self.log_file.stat().st_size if self.log_file.exists() else 0
         while not self._started(offset):
             if self.proc.poll() is not None or time.monotonic() - began > self.start_timeout:
                 code = self.proc.poll()
                 self.stop()
-                why = f"exited with code {code}" if code is not None else f"did not start within {self.start_timeout:.0f}s"
-                raise KappaEngineError(f"Kafka broker on {self.bootstrap_servers} {why}; log {self.log_file}:\n{log_tail(self.log_file)}")
+                why = (
+                    f"exited with code {code}"
+                    if code is not None
+                    else f"did not start within {self.start_timeout:.0f}s"
+                )
+                raise KappaEngineError(
+                    f"Kafka broker on {self.bootstrap_servers} {why}; log {self.log_file}:\n{log_tail(self.log_file)}"
+                )
             time.sleep(0.2)
         self.seconds = time.monotonic() - began
         return self

@@ -42,7 +42,9 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, timeout: float 
         deadline = time.monotonic() + timeout
         while len(consumer.partitions_for_topic(name) or ()) < partitions:
             if time.monotonic() > deadline:
-                raise KappaEngineError(f"Kafka topic {name!r} on {bootstrap}: no leader for every partition after {timeout:.0f}s")
+                raise KappaEngineError(
+                    f"Kafka topic {name!r} on {bootstrap}: no leader for every partition after {timeout:.0f}s"
+                )
             time.sleep(0.2)
     finally:
         consumer.close()
@@ -61,7 +63,12 @@ def produce(bootstrap: str, topic: str, events: Iterable[tuple[int, datetime, di
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=256 * 1024)
     try:
         futures = [
-            producer.send(topic, value=json.dumps(value, default=str).encode(), partition=p, timestamp_ms=int(ts.timestamp() * 1000))
+            producer.send(
+                topic,
+                value=json.dumps(value, default=str).encode(),
+                partition=p,
+                timestamp_ms=int(ts.timestamp() * 1000),
+            )
             for p, ts, value in events
         ]
         producer.flush()

@@ -136,11 +136,18 @@ def produce_lake(bootstrap: str, spec: LakeSpec, topics: Mapping[str, str]) -> t
         return sum(1 for s in lag if s > LATE_THRESHOLD.total_seconds())
 
     summary = LakeSummary(
-        impressions_table=IMPRESSIONS_TABLE, playbacks_table=PLAYBACKS_TABLE, start=spec.start, end=spec.end,
-        landings=0, snapshots=0, impressions=produced[IMPRESSIONS_TABLE].num_rows, playbacks=produced[PLAYBACKS_TABLE].num_rows,
-        late_impressions=late(produced[IMPRESSIONS_TABLE]), late_playbacks=late(produced[PLAYBACKS_TABLE]),
+        impressions_table=IMPRESSIONS_TABLE,
+        playbacks_table=PLAYBACKS_TABLE,
+        start=spec.start,
+        end=spec.end,
+        landings=0,
+        snapshots=0,
+        impressions=produced[IMPRESSIONS_TABLE].num_rows,
+        playbacks=produced[PLAYBACKS_TABLE].num_rows,
+        late_impressions=late(produced[IMPRESSIONS_TABLE]),
+        late_playbacks=late(produced[PLAYBACKS_TABLE]),
         seconds=time.monotonic() - began,
-    )  # fmt: skip
+    )
     return out, summary
 
 
@@ -204,7 +211,9 @@ def restamp_ledger(ledger: str | Path, topics: Mapping[str, Topic]) -> int:
         last = 0
         for topic, parts in entry.ranges.items():
             if topic not in topics:
-                raise KappaError(f"live ledger {folder}: entry {entry.name} reads topic {topic!r}, not produced by the demo")
+                raise KappaError(
+                    f"live ledger {folder}: entry {entry.name} reads topic {topic!r}, not produced by the demo"
+                )
             for start, end in parts.values():
                 if end > (start or 0):
                     last = max(last, topics[topic].timestamp_ms(end - 1))

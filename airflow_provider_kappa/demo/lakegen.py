@@ -207,7 +207,9 @@ def _delays(rng: np.random.Generator, n: int, spec: LakeSpec) -> np.ndarray:
     body = np.clip(np.exp(rng.normal(math.log(_BODY_MEDIAN_S), _BODY_SIGMA, n)), 0.05, _BODY_MAX_S) * _SECOND
     delayed = np.exp(rng.uniform(math.log(_DELAYED[0]), math.log(_DELAYED[1]), n))
     late = rng.uniform(_LATE[0], _LATE[1], n)
-    out = np.where(u < spec.late_fraction, late, np.where(u < spec.late_fraction + spec.delayed_fraction, delayed, body))
+    out = np.where(
+        u < spec.late_fraction, late, np.where(u < spec.late_fraction + spec.delayed_fraction, delayed, body)
+    )
     return out.astype(np.int64)
 
 
@@ -344,7 +346,9 @@ def _bounds(spec: LakeSpec, start: datetime | None, end: datetime | None) -> tup
             raise KappaConfigError(f"lake {name}: {value!r} is naive; expected an aware datetime")
     lo, hi = to_micros(start or spec.start), to_micros(end or spec.end)
     if hi <= lo:
-        raise KappaConfigError(f"lake range: end {from_micros(hi).isoformat()} must be after start {from_micros(lo).isoformat()}")
+        raise KappaConfigError(
+            f"lake range: end {from_micros(hi).isoformat()} must be after start {from_micros(lo).isoformat()}"
+        )
     return lo, hi
 
 
@@ -450,7 +454,9 @@ def append_landing(
     ends = [landed_until(t) for t in tables]
     for ident, end in zip(idents, ends):
         if end is None:
-            raise KappaSourceError(f"table {ident!r}: no lakegen landing found ({LANDED_UNTIL} missing); use generate_lake")
+            raise KappaSourceError(
+                f"table {ident!r}: no lakegen landing found ({LANDED_UNTIL} missing); use generate_lake"
+            )
     if ends[0] != ends[1]:
         raise KappaSourceError(
             f"tables {impressions_table!r} and {playbacks_table!r} are landed up to different times "
@@ -459,7 +465,9 @@ def append_landing(
     since = ends[0]
     assert since is not None
     if until <= since:
-        raise KappaConfigError(f"append_landing until: {until.isoformat()} must be after the landed end {since.isoformat()}")
+        raise KappaConfigError(
+            f"append_landing until: {until.isoformat()} must be after the landed end {since.isoformat()}"
+        )
     return _land(spec, tables, idents, since, until)
 
 

@@ -135,9 +135,13 @@ def kafka_reference_conf(
         kafka = [cfg.sources[c] for c in getattr(src, "candidates", ())]
         found = [c for c in kafka if isinstance(c, KafkaSourceConfig)]
         if len(found) != 1:
-            raise KappaConfigError(f"sources.{name}: a live run from Kafka needs one 'kafka' candidate; found {len(found)}")
+            raise KappaConfigError(
+                f"sources.{name}: a live run from Kafka needs one 'kafka' candidate; found {len(found)}"
+            )
         if found[0].topics not in max_offsets:
-            raise KappaConfigError(f"sources.{found[0].name}.topics: {found[0].topics!r} has no micro-batch limit; known: {sorted(max_offsets)}")
+            raise KappaConfigError(
+                f"sources.{found[0].name}.topics: {found[0].topics!r} has no micro-batch limit; known: {sorted(max_offsets)}"
+            )
         key = f"{PREFIX}source.{name}."
         conf = {k: v for k, v in conf.items() if not k.startswith(key)}
         conf.update(source_conf(name, replace(found[0], starting_offsets="earliest"), found[0].name))

@@ -112,7 +112,9 @@ def run_stories(
                         start_new_session=True,  # its own process group: stoppable with its spark-submit
                     )
                 assert proc.stdout is not None
-                reader = threading.Thread(target=relay, args=(proc.stdout,), name=f"kappa-story-{story.name}", daemon=True)
+                reader = threading.Thread(
+                    target=relay, args=(proc.stdout,), name=f"kappa-story-{story.name}", daemon=True
+                )
                 reader.start()
                 with lock:
                     say(f"[4/5] {story.name}: story running (pid {proc.pid}); Airflow and Spark output in {story.log}")
@@ -174,7 +176,9 @@ def encode_json(value: Any) -> Any:
         return {"$datetime": value.isoformat()}
     if isinstance(value, date):
         return {"$date": value.isoformat()}
-    raise TypeError(f"story outcome: {value!r} ({type(value).__name__}) is not JSON serialisable; expected a datetime or date")
+    raise TypeError(
+        f"story outcome: {value!r} ({type(value).__name__}) is not JSON serialisable; expected a datetime or date"
+    )
 
 
 def decode_json(obj: dict[str, Any]) -> Any:

@@ -90,14 +90,24 @@ class DemoReport:
         if self.slices:
             body.append("<h2>Slices: throughput (rows read per second)</h2>")
             chart = draw.bar_rows_chart(
-                [s.slice_id for s in self.slices], [s.rows_per_second for s in self.slices], "rows/s", "throughput per slice"
+                [s.slice_id for s in self.slices],
+                [s.rows_per_second for s in self.slices],
+                "rows/s",
+                "throughput per slice",
             )
             body.append(f"<div class='panel'>{chart}</div>")
             body.append(
                 draw.table(
                     ["slice", "rows read", "micro-batches", "seconds", "rows/s", "watermark"],
                     [
-                        [s.slice_id, f"{s.rows_read:,}", s.batches, f"{s.seconds:.1f}", f"{s.rows_per_second:,.0f}", s.watermark or "-"]
+                        [
+                            s.slice_id,
+                            f"{s.rows_read:,}",
+                            s.batches,
+                            f"{s.seconds:.1f}",
+                            f"{s.rows_per_second:,.0f}",
+                            s.watermark or "-",
+                        ]
                         for s in self.slices
                     ],
                     [False, True, True, True, True, False],
@@ -105,7 +115,9 @@ class DemoReport:
             )
         if self.notes:
             body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in self.notes) + "</ul>")
-        target.write_text(draw.page(self.title, "live reference (the unchanged job run live) vs the published backfill", body))
+        target.write_text(
+            draw.page(self.title, "live reference (the unchanged job run live) vs the published backfill", body)
+        )
         return target
 
 

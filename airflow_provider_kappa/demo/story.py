@@ -119,7 +119,9 @@ class JobOutcome:
     ended: float = 0.0
 
 
-def nodata_boundaries(progress: dict[str, list[dict[str, Any]]], mode: str, slice_ids: list[str]) -> list[dict[str, Any]]:
+def nodata_boundaries(
+    progress: dict[str, list[dict[str, Any]]], mode: str, slice_ids: list[str]
+) -> list[dict[str, Any]]:
     """Where a sequential backfill ran a micro-batch live never ran: a non-last slice whose
     run ended with a no-data micro-batch (Spark's ``availableNow`` runs one to apply the
     watermark its last landing advanced, from ``from`` to ``to``). The next slice's first
@@ -136,9 +138,7 @@ def nodata_boundaries(progress: dict[str, list[dict[str, Any]]], mode: str, slic
         return []
 
     def read_rows(sid: str) -> int:
-        return sum(
-            int(src.get("numInputRows") or 0) for r in progress.get(sid, []) for src in r.get("sources") or []
-        )
+        return sum(int(src.get("numInputRows") or 0) for r in progress.get(sid, []) for src in r.get("sources") or [])
 
     out = []
     for i, sid in enumerate(slice_ids[:-1]):
@@ -215,9 +215,7 @@ from airflow_provider_kappa.dag import kappa_backfill_dag
 def write_dag_file(env: dict[str, str], jobs: tuple[str, ...]) -> Path:
     """Write the demo's DAG file into the Airflow home's dags folder (``dag.test()`` runs a DAG
     the DAG processor can find there)."""
-    lines = "\n".join(
-        f"dag_{job} = kappa_backfill_dag({str(EXAMPLES / job / 'kappa.yaml')!r})" for job in jobs
-    )
+    lines = "\n".join(f"dag_{job} = kappa_backfill_dag({str(EXAMPLES / job / 'kappa.yaml')!r})" for job in jobs)
     path = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "kappa_demo_dags.py"
     path.write_text(DAG_FILE.format(lines=lines))
     return path
@@ -293,9 +291,11 @@ def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoRepor
     # backfill reads as far (both read to the lake's end, where live stopped too)
     extra = max(TAIL, PARALLEL_TAIL if "parallel" in opts.modes else TAIL) - TAIL
     spec = LakeSpec(
-        hours=opts.hours + extra / timedelta(hours=1), rate=opts.rate, seed=opts.seed,
+        hours=opts.hours + extra / timedelta(hours=1),
+        rate=opts.rate,
+        seed=opts.seed,
         landing_interval=parse_duration(opts.landing, "--landing"),
-    )  # fmt: skip
+    )
     catalog = local_catalog(lake_dir)
     broker = None
     try:
@@ -347,9 +347,16 @@ def run_demo(opts: DemoOptions, say: Callable[[str], None] = print) -> DemoRepor
     mark = time.monotonic()
     stories = [
         story_process(
-            workdir, job, opts.modes, lake_dir, window_start, window_end, opts.slice, opts.threshold,
+            workdir,
+            job,
+            opts.modes,
+            lake_dir,
+            window_start,
+            window_end,
+            opts.slice,
+            opts.threshold,
             ledger=broker is not None,
-        )  # fmt: skip
+        )
         for job in opts.jobs
     ]
     results = run_stories(stories, opts.concurrency, say)
@@ -491,9 +498,19 @@ def run_story(spec: dict[str, Any], say: Callable[[str], None]) -> list[JobOutco
         # sequential backfill then reads to the lake's end as well, where live stopped too
         tail = PARALLEL_TAIL if "parallel" in spec["modes"] else TAIL
         outcome = _backfill_and_compare(
-            job, mode, config, catalog, reference, window_start, window_end, spec["slice"], spec["threshold"], say,
-            tail=tail, ledger=bool(spec.get("ledger")),
-        )  # fmt: skip
+            job,
+            mode,
+            config,
+            catalog,
+            reference,
+            window_start,
+            window_end,
+            spec["slice"],
+            spec["threshold"],
+            say,
+            tail=tail,
+            ledger=bool(spec.get("ledger")),
+        )
         outcome.started, outcome.ended = started, time.time()
         outcomes.append(outcome)
     return outcomes
@@ -547,7 +564,9 @@ def _start_broker(opts: DemoOptions, workdir: Path) -> tuple[Any, str]:
     return broker, ""
 
 
-def _kafka_lake(broker: Any, spec: Any, jobs: tuple[str, ...], catalog: Any, say: Callable[[str], None]) -> tuple[dict[str, Any], Any]:
+def _kafka_lake(
+    broker: Any, spec: Any, jobs: tuple[str, ...], catalog: Any, say: Callable[[str], None]
+) -> tuple[dict[str, Any], Any]:
     """Produce the lake's events into the jobs' topics and land them with ``kappa land``;
     topic -> :class:`~airflow_provider_kappa.demo.kafka_lake.Topic`, and the lake's summary."""
     from dataclasses import replace
@@ -745,7 +764,9 @@ def _slice_stats(config: Path, conf: dict[str, Any], label: str) -> list[SliceSt
     ]
 
 
-def _compare(catalog: Any, table_name: str, time_column: str, reference: int, start: datetime, end: datetime) -> dict[str, Any]:
+def _compare(
+    catalog: Any, table_name: str, time_column: str, reference: int, start: datetime, end: datetime
+) -> dict[str, Any]:
     """Published window vs the live reference snapshot, as multisets of rows."""
     from airflow_provider_kappa.backfill.validate import compare_rows, hourly_counts, window_filter
 
@@ -820,11 +841,14 @@ def _report(
 ) -> DemoReport:
     facts = [
         ("live path", live_path),
-        ("lake", f"{lake.rows:,} events ({lake.impressions:,} impressions, {lake.playbacks:,} playbacks), "
-                 f"{lake.snapshots} snapshots, {opts.hours:g} h"),
+        (
+            "lake",
+            f"{lake.rows:,} events ({lake.impressions:,} impressions, {lake.playbacks:,} playbacks), "
+            f"{lake.snapshots} snapshots, {opts.hours:g} h",
+        ),
         ("incident window", f"[{start.isoformat()}, {end.isoformat()})"),
         ("threshold / slice", f"{opts.threshold} / {opts.slice}"),
-    ]  # fmt: skip
+    ]
     for job, seconds in live_seconds.items():
         facts.append((f"{job} live run", f"{seconds:.0f} s"))
     notes = []

@@ -186,8 +186,10 @@ def prune(folder: Path, keep: Path, now: float | None = None) -> list[Path]:
     """
     now = time.time() if now is None else now
     removed = []
-    for path, limit in [*((p, UNUSED_ARCHIVE_SECONDS) for p in folder.glob("spark-*.jsa")),
-                        *((p, STALE_LOCK_SECONDS) for p in folder.glob("spark-*.jsa.tmp"))]:  # fmt: skip
+    for path, limit in [
+        *((p, UNUSED_ARCHIVE_SECONDS) for p in folder.glob("spark-*.jsa")),
+        *((p, STALE_LOCK_SECONDS) for p in folder.glob("spark-*.jsa.tmp")),
+    ]:
         try:
             if path != keep and now - path.stat().st_mtime > limit:
                 path.unlink()

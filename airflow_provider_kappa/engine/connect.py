@@ -75,7 +75,9 @@ def stop_session(url: str, session_id: str, timeout: float = 60.0) -> None:
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as e:
-        raise KappaEngineError(f"Spark Connect session {session_id} on {redact_url(url)}: not stopped within {timeout:.0f}s") from e
+        raise KappaEngineError(
+            f"Spark Connect session {session_id} on {redact_url(url)}: not stopped within {timeout:.0f}s"
+        ) from e
     if done.returncode != 0:
         raise KappaEngineError(
             f"Spark Connect session {session_id} on {redact_url(url)} could not be stopped (exit code {done.returncode}): "
@@ -150,17 +152,32 @@ def run_application(
     if server_only and not owned:
         log.warning(
             "%s: conf key(s) %s cannot be set per Spark Connect session; the server's own values apply",
-            name, sorted(server_only),
-        )  # fmt: skip
+            name,
+            sorted(server_only),
+        )
     conf_file = write_conf_file(session, work / "session-conf.json")
     progress_file = work / "progress.jsonl"
-    cmd = [sys.executable, "-m", RUNNER_MODULE, "--conf-file", str(conf_file), "--progress-file", str(progress_file), str(application)]
+    cmd = [
+        sys.executable,
+        "-m",
+        RUNNER_MODULE,
+        "--conf-file",
+        str(conf_file),
+        "--progress-file",
+        str(progress_file),
+        str(application),
+    ]
     session_id = session_id or str(uuid.uuid4())
     env = {**os.environ, **spark_env(), "SPARK_REMOTE": with_session_id(url, session_id)}
     log.info("%s: Spark Connect session %s on %s: %s", name, session_id, redact_url(url), " ".join(cmd))
     tail: deque[str] = deque(maxlen=40)
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, **child_options(signal.SIGTERM)
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        **child_options(signal.SIGTERM),
     )
 
     def stop() -> None:
@@ -269,7 +286,9 @@ class ConnectEngine(Engine):
         state = read_state(self.state_file)
         if state is not None and state.alive():
             return
-        self._owned = LocalConnectServer(self.cfg, self.state_file.parent, state_file=self.state_file, die_with_parent=True)
+        self._owned = LocalConnectServer(
+            self.cfg, self.state_file.parent, state_file=self.state_file, die_with_parent=True
+        )
         self._owned.start()
         warm(self._owned.url)
 
@@ -326,7 +345,9 @@ class ConnectEngine(Engine):
                     owned=True,
                     session_id=session_id,
                 )
-        self.store.record_session(request.slice_id, request.epoch, {"server": redact_url(url), "session_id": session_id})
+        self.store.record_session(
+            request.slice_id, request.epoch, {"server": redact_url(url), "session_id": session_id}
+        )
         state = read_state(self.state_file)
         owned = state is not None and state.url == url
         progress = run_application(
@@ -339,7 +360,9 @@ class ConnectEngine(Engine):
             owned=owned,
             session_id=session_id,
         )
-        self.store.record_session(request.slice_id, request.epoch, None)  # released: nothing for the next attempt to stop
+        self.store.record_session(
+            request.slice_id, request.epoch, None
+        )  # released: nothing for the next attempt to stop
         return progress
 
 

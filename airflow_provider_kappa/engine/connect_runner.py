@@ -130,7 +130,9 @@ def set_session_conf(spark: Any, conf: Mapping[str, str]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m airflow_provider_kappa.engine.connect_runner")
-    parser.add_argument("--remote", default=os.environ.get("SPARK_REMOTE"), help="sc://host:port (default $SPARK_REMOTE)")
+    parser.add_argument(
+        "--remote", default=os.environ.get("SPARK_REMOTE"), help="sc://host:port (default $SPARK_REMOTE)"
+    )
     parser.add_argument("--stop-session", action="store_true", help="end the URL's session_id session and exit")
     parser.add_argument("--warm", action="store_true", help="run a tiny query with a Python UDF and exit")
     parser.add_argument("--conf-file", type=Path)
@@ -168,7 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.argv = [str(args.application), *args.args]
         runpy.run_path(str(args.application), run_name="__main__")
         if not progress.drain(set(progress.started), DRAIN_SECONDS):
-            print(f"connect_runner: the last progress events did not arrive within {DRAIN_SECONDS:.0f}s", file=sys.stderr)
+            print(
+                f"connect_runner: the last progress events did not arrive within {DRAIN_SECONDS:.0f}s", file=sys.stderr
+            )
     except SystemExit as e:  # the job called sys.exit
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001 - reported on stderr and as the exit code; the launcher raises
@@ -212,7 +216,9 @@ def warm(remote: str) -> int:
     spark = SparkSession.builder.remote(remote).create()
     try:
         plus_one = F.udf(lambda v: v + 1, "long")
-        spark.range(0, 1000, numPartitions=2).select(plus_one("id").alias("v")).groupBy((F.col("v") % 7).alias("k")).count().collect()
+        spark.range(0, 1000, numPartitions=2).select(plus_one("id").alias("v")).groupBy(
+            (F.col("v") % 7).alias("k")
+        ).count().collect()
     finally:
         spark.stop()
     return 0

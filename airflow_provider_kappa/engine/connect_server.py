@@ -261,9 +261,17 @@ class LocalConnectServer:
         }
         props = write_properties_file(conf, self.work / "server.properties")
         return [
-            spark_submit, "--master", self.master, "--name", self.name,
-            "--properties-file", str(props), "--class", SERVER_CLASS, "spark-internal",
-        ]  # fmt: skip
+            spark_submit,
+            "--master",
+            self.master,
+            "--name",
+            self.name,
+            "--properties-file",
+            str(props),
+            "--class",
+            SERVER_CLASS,
+            "spark-internal",
+        ]
 
     def warm_python(self) -> dict[str, str]:
         """Environment of a server whose Python processes are forked warm
@@ -318,7 +326,9 @@ class LocalConnectServer:
                 try:
                     self._start_zygote(env, out)
                 except OSError as e:  # the server still runs, its Python processes start cold
-                    log.warning("warm daemon not started (%s: %s); Spark's Python processes start cold", type(e).__name__, e)
+                    log.warning(
+                        "warm daemon not started (%s: %s); Spark's Python processes start cold", type(e).__name__, e
+                    )
         url = f"sc://127.0.0.1:{port}"
         self.state = ServerState(url, self.proc.pid, _start_ticks(self.proc.pid), str(self.log_file))
         self.state.write(self.state_file)
@@ -326,13 +336,19 @@ class LocalConnectServer:
             if self.proc.poll() is not None or time.monotonic() - began > self.start_timeout:
                 code = self.proc.poll()
                 self.stop()
-                why = f"exited with code {code}" if code is not None else f"did not listen within {self.start_timeout:.0f}s"
+                why = (
+                    f"exited with code {code}"
+                    if code is not None
+                    else f"did not listen within {self.start_timeout:.0f}s"
+                )
                 raise KappaEngineError(
                     f"local Spark Connect server on {url} {why}; log {self.log_file}, last lines:\n{log_tail(self.log_file)}"
                 )
             time.sleep(0.25)
         self.seconds = time.monotonic() - began
-        log.info("Spark Connect server %s (pid %d) ready in %.1fs, log %s", url, self.proc.pid, self.seconds, self.log_file)
+        log.info(
+            "Spark Connect server %s (pid %d) ready in %.1fs, log %s", url, self.proc.pid, self.seconds, self.log_file
+        )
         return self
 
     def stop(self) -> None:
@@ -385,5 +401,3 @@ def ensure_server(cfg: JobConfig, state_file: Path) -> ServerState:
     server.start()
     assert server.state is not None
     return server.state
-
-

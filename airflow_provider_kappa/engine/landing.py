@@ -29,7 +29,16 @@ from airflow_provider_kappa.spark.conf_keys import (
 )
 from airflow_provider_kappa.timeparse import format_duration
 
-__all__ = ["KAFKA_COLUMNS", "Landing", "check_tables", "describe", "land_checkpoint", "land_conf", "landings", "selected"]
+__all__ = [
+    "KAFKA_COLUMNS",
+    "Landing",
+    "check_tables",
+    "describe",
+    "land_checkpoint",
+    "land_conf",
+    "landings",
+    "selected",
+]
 
 
 @dataclass(frozen=True)
@@ -56,10 +65,7 @@ def landings(cfg: JobConfig, names: Sequence[str] = ()) -> list[Landing]:
         candidate, a kafka candidate without ``schema``, or nothing to land.
     """
     if not names:
-        names = [
-            n for n, s in cfg.sources.items()
-            if isinstance(s, DynamicSourceConfig) and all(_candidates(cfg, s))
-        ]  # fmt: skip
+        names = [n for n, s in cfg.sources.items() if isinstance(s, DynamicSourceConfig) and all(_candidates(cfg, s))]
         if not names:
             raise KappaConfigError(
                 f"{cfg.path}: no dynamic source has both a 'kafka' and an 'iceberg' candidate; kappa land has nothing to land"
@@ -69,7 +75,9 @@ def landings(cfg: JobConfig, names: Sequence[str] = ()) -> list[Landing]:
         src = cfg.sources.get(name)
         if not isinstance(src, DynamicSourceConfig):
             dynamic = sorted(n for n, s in cfg.sources.items() if isinstance(s, DynamicSourceConfig))
-            raise KappaConfigError(f"--sources: {name!r} is not a dynamic source of {cfg.path}; dynamic sources: {dynamic}")
+            raise KappaConfigError(
+                f"--sources: {name!r} is not a dynamic source of {cfg.path}; dynamic sources: {dynamic}"
+            )
         kafka, iceberg = _candidates(cfg, src)
         if len(kafka) != 1 or len(iceberg) != 1:
             raise KappaConfigError(
@@ -115,7 +123,9 @@ def check_tables(cfg: JobConfig, items: Sequence[Landing], catalog_for: CatalogF
         missing = [c for c in need if c not in fields]
         mistyped = [f"{c} ({fields[c]}, expected {need[c]})" for c in need if c in fields and fields[c] != need[c]]
         if missing or mistyped:
-            problems = ([f"missing column(s) {missing}"] if missing else []) + ([f"mistyped {mistyped}"] if mistyped else [])
+            problems = ([f"missing column(s) {missing}"] if missing else []) + (
+                [f"mistyped {mistyped}"] if mistyped else []
+            )
             raise KappaSourceError(
                 f"sources.{item.iceberg.name}: table {item.iceberg.table!r} cannot take the landing of "
                 f"{item.kafka.name!r}: {'; '.join(problems)}. kappa land writes {item.iceberg.ingestion_column} "
@@ -171,4 +181,6 @@ def selected(names: str | None) -> list[str]:
 
 def describe(items: Sequence[Landing]) -> str:
     """One line per landing, for the command's output."""
-    return "\n".join(f"  {i.source}: kafka {i.kafka.topics} @ {i.kafka.bootstrap_servers} -> {i.iceberg.table}" for i in items)
+    return "\n".join(
+        f"  {i.source}: kafka {i.kafka.topics} @ {i.kafka.bootstrap_servers} -> {i.iceberg.table}" for i in items
+    )

@@ -66,7 +66,9 @@ class SliceRun:
     checkpoint: str
     sources: tuple[str, ...] = field(default_factory=tuple)  # job source names to backfill; empty = all
     continued: bool = False  # sequential: a later slice goes on from this one's checkpoint with data
-    file_lists: Mapping[str, str] = field(default_factory=dict)  # concrete source -> file list (spark/source/file_list.py)
+    file_lists: Mapping[str, str] = field(
+        default_factory=dict
+    )  # concrete source -> file list (spark/source/file_list.py)
     epoch: str | None = None  # this attempt's epoch (checkpoints.CheckpointStore.new_epoch): fences older attempts
     ledger: str | None = None  # the live ledger (job.ledger) whose micro-batches the sources replay (backfill --ledger)
 
@@ -128,7 +130,9 @@ def source_conf(
     :param plan_file: an iceberg source's file list for the slice (backfill, :mod:`~airflow_provider_kappa.spark.source.file_list`).
     """
     if isinstance(src, IcebergSourceConfig):
-        spec = IcebergReadSpec(src.catalog, src.table, src.ingestion_column, snapshot_id=snapshot_id, plan_file=plan_file)
+        spec = IcebergReadSpec(
+            src.catalog, src.table, src.ingestion_column, snapshot_id=snapshot_id, plan_file=plan_file
+        )
         return spec.to_conf(name, candidate)
     key = f"{PREFIX}source.{name}."
     out = {

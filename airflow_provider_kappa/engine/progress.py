@@ -98,16 +98,25 @@ def collect_progress(event_log_dir: str, run_id: str, into: str | Path, since: f
     target = Path(str(into).removeprefix("file://"))
     infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
     files = sorted(
-        (i for i in infos if i.type == fs.FileType.File and not i.base_name.startswith(".")
-         and (i.mtime is None or i.mtime.timestamp() >= since - 5)),
+        (
+            i
+            for i in infos
+            if i.type == fs.FileType.File
+            and not i.base_name.startswith(".")
+            and (i.mtime is None or i.mtime.timestamp() >= since - 5)
+        ),
         key=lambda i: i.path,
-    )  # fmt: skip
+    )
     marker = f'"{RUN_ID}":"{run_id}"'
     logs: dict[str, list[tuple[int, str]]] = {}  # one log (a file, or a rolling log's folder) -> its parts
     for info in files:
         rolling = "/eventlog_v2_" in info.path
         run = info.path.rsplit("/", 2)[-2] if rolling else info.base_name.split(".")[0]
-        index = int(re.sub(r"^events_(\d+)_.*", r"\1", info.base_name)) if rolling and info.base_name.startswith("events_") else 0
+        index = (
+            int(re.sub(r"^events_(\d+)_.*", r"\1", info.base_name))
+            if rolling and info.base_name.startswith("events_")
+            else 0
+        )
         logs.setdefault(run, []).append((index, info.path))
     count, found, unreadable = 0, False, []
     for run, parts in logs.items():

@@ -136,9 +136,14 @@ def submit(
     )
     log.info(
         "spark-submit %s: master %s, deploy mode %s, driver Python %s, executor Python %s, shipped %s, event log %s",
-        name, args.master, args.deploy_mode, args.conf.get(DRIVER_PYTHON, "(platform's)"),
-        args.conf.get(PYTHON, "(platform's)"), args.shipped or "nothing", args.event_log_dir or "off",
-    )  # fmt: skip
+        name,
+        args.master,
+        args.deploy_mode,
+        args.conf.get(DRIVER_PYTHON, "(platform's)"),
+        args.conf.get(PYTHON, "(platform's)"),
+        args.shipped or "nothing",
+        args.event_log_dir or "off",
+    )
     sharing = None
     if class_data_sharing:
         from airflow_provider_kappa.engine.class_data_sharing import plan
@@ -179,11 +184,18 @@ def _collect(event_log_dir: str, run_id: str, into: str, began: float) -> None:
     except (OSError, ValueError, ImportError) as e:
         log.warning(
             "the run's progress is in %s (spark.eventLog.dir), which cannot be read from here (%s: %s): "
-            "its metrics show no rows; see it in your Spark History Server", event_log_dir, type(e).__name__, e,
-        )  # fmt: skip
+            "its metrics show no rows; see it in your Spark History Server",
+            event_log_dir,
+            type(e).__name__,
+            e,
+        )
         return
     if count == 0:
-        log.warning("run %s recorded no streaming progress in %s (spark.eventLog.dir): its metrics show no rows", run_id, event_log_dir)
+        log.warning(
+            "run %s recorded no streaming progress in %s (spark.eventLog.dir): its metrics show no rows",
+            run_id,
+            event_log_dir,
+        )
 
 
 def stop_submit(hook: Any, timeout: float = 60.0) -> None:
@@ -221,7 +233,9 @@ class SubmitEngine(Engine):
 
     name = "submit"
 
-    def __init__(self, cfg: JobConfig, *, conn_id: str | None = None, submit_fn: Callable[..., None] | None = None) -> None:
+    def __init__(
+        self, cfg: JobConfig, *, conn_id: str | None = None, submit_fn: Callable[..., None] | None = None
+    ) -> None:
         self.cfg = cfg
         self.conn_id = conn_id
         self.submit_fn = submit_fn or submit

@@ -29,7 +29,9 @@ class KappaIcebergHook(BaseHook):
 
     hook_name = "Kappa Iceberg catalog"
 
-    def __init__(self, iceberg_conn_id: str = "iceberg_default", catalog_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, iceberg_conn_id: str = "iceberg_default", catalog_name: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.iceberg_conn_id = iceberg_conn_id
         self.catalog_name = catalog_name or iceberg_conn_id

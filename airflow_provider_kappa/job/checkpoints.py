@@ -206,7 +206,9 @@ class CheckpointStore:
 
         fs, _ = self._fs()
         infos = fs.get_file_info(FileSelector(self._local(folder), allow_not_found=True))
-        return sorted(i.base_name[: -len(suffix)] for i in infos if i.type == FileType.File and i.base_name.endswith(suffix))
+        return sorted(
+            i.base_name[: -len(suffix)] for i in infos if i.type == FileType.File and i.base_name.endswith(suffix)
+        )
 
     # epochs -------------------------------------------------------------------------------
 
@@ -222,7 +224,11 @@ class CheckpointStore:
 
         :param slice_id: the slice about to run.
         """
-        numbers = [int(m.group(1)) for name in self._subfolders(f"{self.root}/attempts/{slice_id}") if (m := _EPOCH.fullmatch(name))]
+        numbers = [
+            int(m.group(1))
+            for name in self._subfolders(f"{self.root}/attempts/{slice_id}")
+            if (m := _EPOCH.fullmatch(name))
+        ]
         current = self.current_epoch(slice_id)
         if current and (m := _EPOCH.fullmatch(current)):
             numbers.append(int(m.group(1)))
@@ -357,10 +363,14 @@ class CheckpointStore:
     def progress(self) -> dict[str, list[dict[str, Any]]]:
         """Slice id -> the Spark progress records kept of its last run, for every slice that ran."""
         return {
-            slice_id: [json.loads(line) for line in self._read(self.progress_file(slice_id)).splitlines() if line.strip()]
+            slice_id: [
+                json.loads(line) for line in self._read(self.progress_file(slice_id)).splitlines() if line.strip()
+            ]
             for slice_id in self._list(f"{self.root}/progress", ".jsonl")
         }
 
     def done_all(self) -> list[dict[str, Any]]:
         """The metrics of every slice recorded done (:meth:`done`), in slice order."""
-        return [json.loads(self._read(self.done_file(slice_id))) for slice_id in self._list(f"{self.root}/done", ".json")]
+        return [
+            json.loads(self._read(self.done_file(slice_id))) for slice_id in self._list(f"{self.root}/done", ".json")
+        ]

@@ -135,9 +135,15 @@ class JobSection:
     engine: str = CONNECT
     connect: ConnectConfig | None = None
     retention: timedelta = DEFAULT_RETENTION  # what a backfill left is removed this long after its last activity
-    deploy_mode: str | None = None  # spark-submit deploy mode (client | cluster); None: the Spark connection's, else client
-    python_archive: str | None = None  # a packed virtualenv (venv-pack) executors run: spark.archives (docs/deployment.md)
-    env: Mapping[str, str] = field(default_factory=dict)  # environment of the driver and executors, passed per deploy mode
+    deploy_mode: str | None = (
+        None  # spark-submit deploy mode (client | cluster); None: the Spark connection's, else client
+    )
+    python_archive: str | None = (
+        None  # a packed virtualenv (venv-pack) executors run: spark.archives (docs/deployment.md)
+    )
+    env: Mapping[str, str] = field(
+        default_factory=dict
+    )  # environment of the driver and executors, passed per deploy mode
     catalogs_file: str | None = None  # a catalogs file the cluster reads itself (not written, not shipped by kappa)
     ledger: str = ""  # the live ledger kappa run records and a backfill with --ledger replays (spark/ledger.py)
 
@@ -354,8 +360,7 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         python_archive=_local_or_url(j.text("python_archive", required=False), path),
         env=j.mapping("env"),
         catalogs_file=_local_or_url(j.text("catalogs_file", required=False), path),
-        ledger=_local_or_url(j.text("ledger", required=False), path)
-        or ledger_folder(checkpoint_root, j.text("name")),
+        ledger=_local_or_url(j.text("ledger", required=False), path) or ledger_folder(checkpoint_root, j.text("name")),
     )
 
     catalogs: dict[str, CatalogConfig] = {}
@@ -399,9 +404,14 @@ def parse_config(raw: object, path: Path) -> JobConfig:
 
     backfill = _backfill_defaults(top.data.get("backfill"))
     cfg = JobConfig(
-        path=path, job=job, catalogs=catalogs, sources=sources, sinks=sinks, backfill=backfill,
+        path=path,
+        job=job,
+        catalogs=catalogs,
+        sources=sources,
+        sinks=sinks,
+        backfill=backfill,
         land=_land(top.data.get("land")),
-    )  # fmt: skip
+    )
     _check_references(cfg)
     return cfg
 
@@ -537,7 +547,9 @@ def _land(body: object) -> LandSection:
             f"land.starting_offsets: {starting!r} is not a starting position; allowed: 'earliest', 'latest' "
             'or JSON offsets per topic and partition ({"topic": {"0": 42}})'
         )
-    return LandSection(interval=parse_duration(sec.data.get("interval", "5min"), "land.interval"), starting_offsets=starting)
+    return LandSection(
+        interval=parse_duration(sec.data.get("interval", "5min"), "land.interval"), starting_offsets=starting
+    )
 
 
 def _check_references(cfg: JobConfig) -> None:
@@ -550,7 +562,9 @@ def _check_references(cfg: JobConfig) -> None:
                         f"{where}.candidates: {cand!r} is not a defined source; defined: {sorted(cfg.sources)}"
                     )
                 if isinstance(cfg.sources[cand], DynamicSourceConfig):
-                    raise KappaConfigError(f"{where}.candidates: {cand!r} is itself dynamic; candidates must be concrete")
+                    raise KappaConfigError(
+                        f"{where}.candidates: {cand!r} is itself dynamic; candidates must be concrete"
+                    )
             if src.selected not in src.candidates:
                 raise KappaConfigError(
                     f"{where}.selected: {src.selected!r} is not one of its candidates {list(src.candidates)}"

@@ -42,7 +42,12 @@ if TYPE_CHECKING:
 
 #: Errors a retry cannot fix (a refusal by another backfill's lock included: it lasts until
 #: that backfill publishes, far longer than a retry delay).
-PERMANENT: tuple[type[Exception], ...] = (KappaConfigError, KappaSourceError, KappaValidationError, KappaConcurrencyError)
+PERMANENT: tuple[type[Exception], ...] = (
+    KappaConfigError,
+    KappaSourceError,
+    KappaValidationError,
+    KappaConcurrencyError,
+)
 
 #: Also permanent while checking the inputs, before anything is written (a missing target table
 #: or ``time_column``); later, a sink error can be transient (publish conflicts beyond retries).
@@ -119,7 +124,9 @@ class KappaBackfillBaseOperator(BaseOperator):
         from airflow_provider_kappa.job.config import load_config
 
         if not isinstance(self.config_path, str) or not self.config_path:
-            raise AirflowFailException(f"{self.task_id}: config_path must be the path of a kappa.yaml, got {self.config_path!r}")
+            raise AirflowFailException(
+                f"{self.task_id}: config_path must be the path of a kappa.yaml, got {self.config_path!r}"
+            )
         with fail_fast(f"{self.task_id}: backfill parameters"):
             cfg = load_config(self.config_path)
             return Backfill.create(cfg, self.window_params(context))

@@ -48,7 +48,9 @@ class KappaCleanupOperator(KappaBackfillBaseOperator):
         from airflow_provider_kappa.timeparse import parse_duration
 
         if not isinstance(self.config_path, str) or not self.config_path:
-            raise AirflowFailException(f"{self.task_id}: config_path must be the path of a kappa.yaml, got {self.config_path!r}")
+            raise AirflowFailException(
+                f"{self.task_id}: config_path must be the path of a kappa.yaml, got {self.config_path!r}"
+            )
         keep: dict[str, str] = {}
         if self.keep_run_backfill:
             bf = self.load_backfill(context)
@@ -59,16 +61,24 @@ class KappaCleanupOperator(KappaBackfillBaseOperator):
             with fail_fast(f"{self.task_id}: config"):
                 cfg = load_config(self.config_path)
         with fail_fast(f"{self.task_id}: older_than"):
-            retention = cfg.job.retention if self.older_than in (None, "") else parse_duration(self.older_than, "older_than", allow_zero=True)
+            retention = (
+                cfg.job.retention
+                if self.older_than in (None, "")
+                else parse_duration(self.older_than, "older_than", allow_zero=True)
+            )
         self.log.info("job %s: removing backfills last active at least %s ago", cfg.job.name, human_duration(retention))
         decisions = cleanup(cfg, older_than=retention, keep=keep)
         for d in decisions:
             lo = d.leftovers
             self.log.info(
                 "backfill %s (age %s, %d staging table(s), tags on %s, checkpoint %s): %s",
-                lo.backfill_id, age_text(d.age), len(lo.staging), [t for _, t in lo.tags] or "-", lo.checkpoint or "-",
+                lo.backfill_id,
+                age_text(d.age),
+                len(lo.staging),
+                [t for _, t in lo.tags] or "-",
+                lo.checkpoint or "-",
                 f"removed ({d.reason})" if d.remove else f"kept: {d.reason}",
-            )  # fmt: skip
+            )
         if not decisions:
             self.log.info("job %s: no backfill left anything behind", cfg.job.name)
         return [d.to_dict() for d in decisions]

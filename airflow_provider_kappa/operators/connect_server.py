@@ -46,7 +46,9 @@ class KappaConnectServerOperator(KappaBackfillBaseOperator):
         from airflow_provider_kappa.engine.connect_server import ensure_server, redact_url, stop_owned
 
         if self.action not in (START, STOP):
-            raise AirflowFailException(f"{self.task_id}: action {self.action!r} is not an action; allowed: {[START, STOP]}")
+            raise AirflowFailException(
+                f"{self.task_id}: action {self.action!r} is not an action; allowed: {[START, STOP]}"
+            )
         bf = self.load_backfill(context)
         state_file = connect_state_file(bf)
         if self.action == STOP:
@@ -55,5 +57,11 @@ class KappaConnectServerOperator(KappaBackfillBaseOperator):
             return None
         with fail_fast(f"{self.task_id}: Spark Connect server"):
             state = ensure_server(bf.cfg, state_file)
-        self.log.info("backfill %s: local Spark Connect server %s (pid %d), log %s", bf.id, redact_url(state.url), state.pid, state.log)
+        self.log.info(
+            "backfill %s: local Spark Connect server %s (pid %d), log %s",
+            bf.id,
+            redact_url(state.url),
+            state.pid,
+            state.log,
+        )
         return {"url": redact_url(state.url), "pid": state.pid}

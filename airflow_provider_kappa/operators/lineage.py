@@ -241,4 +241,3 @@ def parent_job_conf(context: Context, spark_conf: Mapping[str, str]) -> dict[str
 
     injected = inject_parent_job_information_into_spark_properties(dict(spark_conf), context)
     return {str(k): str(v) for k, v in injected.items() if k not in spark_conf}
-

@@ -87,7 +87,9 @@ def report_url(bf: Backfill) -> str:
     root = bf.cfg.job.checkpoint_root.rstrip("/")
     if base:
         if not uri.startswith(root + "/"):
-            raise KappaConfigError(f"[{SECTION}] report_base_url: the report {uri!r} is not under job.checkpoint_root {root!r}")
+            raise KappaConfigError(
+                f"[{SECTION}] report_base_url: the report {uri!r} is not under job.checkpoint_root {root!r}"
+            )
         return f"{base.rstrip('/')}/{uri[len(root) + 1 :]}"
     if uri.startswith("file://"):
         return uri

@@ -83,16 +83,22 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
 
         bf = self.load_backfill(context)
         if not isinstance(self.slice_plan, Mapping):
-            raise AirflowFailException(f"{self.task_id}: slice_plan must be one slice of the plan, got {self.slice_plan!r}")
+            raise AirflowFailException(
+                f"{self.task_id}: slice_plan must be one slice of the plan, got {self.slice_plan!r}"
+            )
         with fail_fast(f"{self.task_id}: slice"):
             sp = SlicePlan.from_dict(self.slice_plan)
         context["kappa_slice"] = sp.label  # type: ignore[typeddict-unknown-key]  # for map_index_template
         if not slice_ready(bf, sp):
             self._wait_for_previous(context, sp)
         with fail_fast(f"{self.task_id}: Spark UI link"):
-            self.log.info("slice %s: Spark UI %s", sp.slice_id, record_slice_links(context, bf, sp.slice_id) or "(none)")
+            self.log.info(
+                "slice %s: Spark UI %s", sp.slice_id, record_slice_links(context, bf, sp.slice_id) or "(none)"
+            )
         for s in sp.stats:
-            self.log.info("slice %s plans %s: %d files, ~%d rows, ~%d bytes", sp.slice_id, s.source, s.files, s.rows, s.bytes)
+            self.log.info(
+                "slice %s plans %s: %d files, ~%d rows, ~%d bytes", sp.slice_id, s.source, s.files, s.rows, s.bytes
+            )
         with fail_fast(f"{self.task_id}: slice {sp.slice_id}"):
             result = run_slice(
                 bf, sp, spark_conn_id=self.spark_conn_id, extra_conf=parent_job_conf(context, bf.cfg.job.spark_conf)
@@ -100,9 +106,15 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
         self.kappa_lineage = Lineage(bf, source_tables(bf, sp.snapshot_ids), staging_tables(bf, sp.slice_id))
         self.log.info(
             "slice %s (%d/%d) done: rows read %s, rows to sink %s, micro-batches %s, watermark %s, duration %.1fs",
-            sp.slice_id, sp.index + 1, sp.count, result["rows_read"], result["rows_written"], result["batches"],
-            result["watermark"] or "-", result["seconds"],
-        )  # fmt: skip
+            sp.slice_id,
+            sp.index + 1,
+            sp.count,
+            result["rows_read"],
+            result["rows_written"],
+            result["batches"],
+            result["watermark"] or "-",
+            result["seconds"],
+        )
         return result
 
     def on_kill(self) -> None:
@@ -137,8 +149,12 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
         self.log.info(
             "sequential slice %s waits for slice %s (state %s; %d unfinished slice(s) before it) to finish; "
             "checking again in %.0fs",
-            sp.slice_id, slice_id(previous, sp.count), state, behind, delay,
-        )  # fmt: skip
+            sp.slice_id,
+            slice_id(previous, sp.count),
+            state,
+            behind,
+            delay,
+        )
         raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=delay))  # type: ignore[no-untyped-call]
 
 

@@ -100,7 +100,9 @@ class Label:
 
 
 def _svg_text(label: Label, cls: str = "tick") -> str:
-    return f"<text class='{cls}' x='{label.x:.1f}' y='{label.y:.1f}' text-anchor='{label.anchor}'>{_e(label.text)}</text>"
+    return (
+        f"<text class='{cls}' x='{label.x:.1f}' y='{label.y:.1f}' text-anchor='{label.anchor}'>{_e(label.text)}</text>"
+    )
 
 
 def time_axis(lo: int, hi: int, x0: float, x1: float, y: float) -> tuple[list[str], list[Label]]:
@@ -282,7 +284,11 @@ def window_chart(w: Windows, title: str, width: int = WIDTH) -> str:
             return ""
         d = "M" + " L".join(pts)
         if close:
-            d = f"M{xs(w.first):.1f},{y0:.1f} L" + " L".join(pts) + f" L{xs(w.first + len(values) * w.step):.1f},{y0:.1f} Z"
+            d = (
+                f"M{xs(w.first):.1f},{y0:.1f} L"
+                + " L".join(pts)
+                + f" L{xs(w.first + len(values) * w.step):.1f},{y0:.1f} Z"
+            )
         return d
 
     parts.append(f"<path class='live' d='{step_path(w.live, True)}'/>")
@@ -301,7 +307,10 @@ def window_chart(w: Windows, title: str, width: int = WIDTH) -> str:
                     f"<rect class='diff-bar {cls}' x='{a:.1f}' y='{s_mid - h if up else s_mid:.1f}' "
                     f"width='{max(b - a - 0.5, 1):.1f}' height='{h:.1f}'/>"
                 )
-    for text, yy in ((f"{count_label(worst)} only backfill", s_top + 8), (f"{count_label(worst)} only live", s_top + strip_h)):
+    for text, yy in (
+        (f"{count_label(worst)} only backfill", s_top + 8),
+        (f"{count_label(worst)} only live", s_top + strip_h),
+    ):
         parts.append(_svg_text(Label(text, left + 4, yy, "start"), "tick small"))
     if len(w.live) <= HOVER_WINDOWS:
         for i, (a_v, b_v) in enumerate(zip(w.live, w.backfill)):
@@ -385,7 +394,9 @@ def timeline_chart(bars: Sequence[Bar], title: str, width: int = WIDTH) -> str:
             parts.append(_svg_text(Label(b.label, left - 8, y + row / 2 + 4, "end"), "tick rowlabel"))
         if b.start is None or b.end is None:
             if b.note and row >= 12:
-                parts.append(f"<text class='note muted' x='{left + 4:.1f}' y='{y + row / 2 + 4:.1f}'>{_e(b.note)}</text>")
+                parts.append(
+                    f"<text class='note muted' x='{left + 4:.1f}' y='{y + row / 2 + 4:.1f}'>{_e(b.note)}</text>"
+                )
             continue
         a, z = xs(b.start), max(xs(b.end), xs(b.start) + 2)
         parts.append(
@@ -508,9 +519,14 @@ def page(title: str, subtitle: str, body: Iterable[str]) -> str:
 
 def cards(items: Iterable[tuple[str, str, str]]) -> str:
     """Key figures: ``(value, caption, class)`` with class ``good``, ``bad`` or empty."""
-    return "<div class='cards'>" + "".join(
-        f"<div class='card {_e(c)}'><div class='v'>{_e(v)}</div><div class='k'>{_e(k)}</div></div>" for v, k, c in items
-    ) + "</div>"
+    return (
+        "<div class='cards'>"
+        + "".join(
+            f"<div class='card {_e(c)}'><div class='v'>{_e(v)}</div><div class='k'>{_e(k)}</div></div>"
+            for v, k, c in items
+        )
+        + "</div>"
+    )
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], numeric: Sequence[bool] | None = None) -> str:
@@ -565,7 +581,11 @@ def slice_runs(store: CheckpointStore, plan: BackfillPlan) -> list[SliceRun]:
     out = []
     for sp in plan.slices:
         run = SliceRun(
-            sp.slice_id, sp.read_start.isoformat(), sp.read_end.isoformat(), sp.owns_start.isoformat(), sp.owns_end.isoformat()
+            sp.slice_id,
+            sp.read_start.isoformat(),
+            sp.read_end.isoformat(),
+            sp.owns_start.isoformat(),
+            sp.owns_end.isoformat(),
         )
         done = store.done(sp.slice_id)
         if done is not None:
@@ -620,7 +640,9 @@ class BackfillReportPage:
         for name, rep in self.sinks.items():
             rate = float(rep["match_rate"])
             ok = rate >= self.min_match and not (rep["staged_rows"] == 0 and rep["target_rows"] > 0)
-            figures.append((f"{rate:.3f}%", f"match rate, sink {name}", "good" if rate >= 100.0 else ("" if ok else "bad")))
+            figures.append(
+                (f"{rate:.3f}%", f"match rate, sink {name}", "good" if rate >= 100.0 else ("" if ok else "bad"))
+            )
             windows = Windows.from_report(rep)
             if windows is not None:
                 n = sum(1 for i in range(len(windows.live)) if windows.differs(i))
@@ -654,7 +676,11 @@ class BackfillReportPage:
                     (f"{rep['staged_rows']:,}", "backfill rows (staged)", ""),
                     (f"{rep['matched_rows']:,}", "rows equal on both sides", ""),
                     (f"{rep['only_target_rows']:,}", "rows only live", "bad" if rep["only_target_rows"] else ""),
-                    (f"{rep['only_staged_rows']:,}", "rows only in the backfill", "bad" if rep["only_staged_rows"] else ""),
+                    (
+                        f"{rep['only_staged_rows']:,}",
+                        "rows only in the backfill",
+                        "bad" if rep["only_staged_rows"] else "",
+                    ),
                 ]
             )
         )
@@ -669,9 +695,13 @@ class BackfillReportPage:
                     live, back = sum(windows.live[i:j]), sum(windows.backfill[i:j])
                     listed.append(
                         (
-                            _span_label(windows.first + i * windows.step, windows.first + j * windows.step), j - i,
-                            f"{live:,}", f"{back:,}", f"{sum(windows.only_live[i:j]):,}", f"{sum(windows.only_backfill[i:j]):,}",
-                        )  # fmt: skip
+                            _span_label(windows.first + i * windows.step, windows.first + j * windows.step),
+                            j - i,
+                            f"{live:,}",
+                            f"{back:,}",
+                            f"{sum(windows.only_live[i:j]):,}",
+                            f"{sum(windows.only_backfill[i:j]):,}",
+                        )
                     )
                 shown = ", first 30" if len(runs) > 30 else ""
                 parts.append(f"<h3>Windows that differ ({len(runs)} run(s) of consecutive windows{shown})</h3>")
@@ -685,16 +715,19 @@ class BackfillReportPage:
         for warning in rep.get("warnings") or []:
             parts.append(f"<p class='warning'>warning: {_e(warning)}</p>")
         if rep.get("staged_outside_window"):
-            parts.append(f"<p><b>{rep['staged_outside_window']:,}</b> staged rows lie outside the window (publish refuses them).</p>")
-        sides = (("only live (in the target, not in the backfill)", "only_target_sample"), ("only in the backfill", "only_staged_sample"))
+            parts.append(
+                f"<p><b>{rep['staged_outside_window']:,}</b> staged rows lie outside the window (publish refuses them).</p>"
+            )
+        sides = (
+            ("only live (in the target, not in the backfill)", "only_target_sample"),
+            ("only in the backfill", "only_staged_sample"),
+        )
         for side, key in sides:
             sample = rep.get(key) or []
             if sample:
                 columns = [c for c in sample[0] if c != "_count"] + ["_count"]
                 parts.append(f"<h3>Sample of rows {side}</h3>")
-                parts.append(
-                    table(columns, [[_cell(r.get(c)) for c in columns] for r in sample])
-                )
+                parts.append(table(columns, [[_cell(r.get(c)) for c in columns] for r in sample]))
         parts.append("</section>")
         return "".join(parts)
 
@@ -711,10 +744,13 @@ class BackfillReportPage:
             wm = f" · watermark {_short_time(s.watermark)}" if s.watermark else ""
             bars.append(
                 Bar(
-                    s.slice_id, s.started, s.ended, f"{s.seconds:.1f} s{wm}",
+                    s.slice_id,
+                    s.started,
+                    s.ended,
+                    f"{s.seconds:.1f} s{wm}",
                     tip=f"{s.slice_id}: read [{s.read_start}, {s.read_end}), {s.rows_read:,} rows, {s.batches} micro-batches, "
                     f"{s.seconds:.1f} s, watermark {s.watermark or '-'}",
-                )  # fmt: skip
+                )
             )
         parts.append("<h3>Timeline (wall clock, UTC): duration and the watermark each slice reached</h3>")
         parts.append(f"<div class='panel'>{timeline_chart(bars, 'slice timeline')}</div>")
@@ -723,23 +759,39 @@ class BackfillReportPage:
             parts.append("<h3>Throughput per slice (rows read per second)</h3>")
             parts.append(
                 "<div class='panel'>"
-                + bar_rows_chart([s.slice_id for s in ran], [s.rows_per_second for s in ran], "rows/s", "throughput per slice")
+                + bar_rows_chart(
+                    [s.slice_id for s in ran], [s.rows_per_second for s in ran], "rows/s", "throughput per slice"
+                )
                 + "</div>"
             )
         parts.append("<h3>Every slice</h3>")
         parts.append(
             table(
                 [
-                    "slice", "reads (ingestion time)", "owns", "rows read", "rows to sink", "micro-batches", "seconds", "rows/s",
-                    "watermark", "peak state rows",
-                ],  # fmt: skip
+                    "slice",
+                    "reads (ingestion time)",
+                    "owns",
+                    "rows read",
+                    "rows to sink",
+                    "micro-batches",
+                    "seconds",
+                    "rows/s",
+                    "watermark",
+                    "peak state rows",
+                ],
                 [
                     [
-                        s.slice_id, _range(s.read_start, s.read_end), _range(s.owns_start, s.owns_end),
-                        f"{s.rows_read:,}", f"{s.rows_written:,}", s.batches, f"{s.seconds:.1f}",
-                        rate_label(s.rows_per_second), _short_time(s.watermark) if s.watermark else _no_watermark(s),
+                        s.slice_id,
+                        _range(s.read_start, s.read_end),
+                        _range(s.owns_start, s.owns_end),
+                        f"{s.rows_read:,}",
+                        f"{s.rows_written:,}",
+                        s.batches,
+                        f"{s.seconds:.1f}",
+                        rate_label(s.rows_per_second),
+                        _short_time(s.watermark) if s.watermark else _no_watermark(s),
                         f"{s.peak_state_rows:,}",
-                    ]  # fmt: skip
+                    ]
                     for s in self.slices
                 ],
                 [False, False, False, True, True, True, True, True, False, True],
@@ -775,7 +827,9 @@ def _short_time(value: str | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def report_page(bf: Backfill, plan: BackfillPlan, reports: Mapping[str, ValidationReport | Mapping[str, Any]]) -> BackfillReportPage:
+def report_page(
+    bf: Backfill, plan: BackfillPlan, reports: Mapping[str, ValidationReport | Mapping[str, Any]]
+) -> BackfillReportPage:
     """The page of ``bf``: its validation reports and the slice runs kept in its checkpoint store.
 
     :param bf: the backfill.

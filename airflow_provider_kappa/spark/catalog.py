@@ -54,7 +54,9 @@ def _cached(name: str, items: tuple[tuple[str, str], ...]) -> Catalog:
     from pyiceberg.catalog import load_catalog as _load
 
     if not items:
-        raise KappaConfigError(f"catalog {name!r}: no properties given (spark.kappa.catalog.{name}.* or the catalogs file)")
+        raise KappaConfigError(
+            f"catalog {name!r}: no properties given (spark.kappa.catalog.{name}.* or the catalogs file)"
+        )
     try:
         return _load(name, **dict(items))
     except Exception as e:  # pyiceberg raises many types; re-raise with the catalog named, secrets masked
@@ -63,7 +65,9 @@ def _cached(name: str, items: tuple[tuple[str, str], ...]) -> Catalog:
         message = redact(f"{type(e).__name__}: {e}", dict(items))
         cause = transient_cause(e)
         if cause is not None:
-            reason = message if cause is e else f"{message} (from {redact(f'{type(cause).__name__}: {cause}', dict(items))})"
+            reason = (
+                message if cause is e else f"{message} (from {redact(f'{type(cause).__name__}: {cause}', dict(items))})"
+            )
             raise KappaCatalogUnavailableError(
                 f"catalog {name!r} cannot be reached for now: {reason}; retry the step"
             ) from None

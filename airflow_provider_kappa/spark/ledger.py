@@ -84,7 +84,10 @@ class LedgerEntry:
                 "end_ms": self.end_ms,
                 "start_ms": self.start_ms,
                 "watermark_ms": self.watermark_ms,
-                "ranges": {t: {str(p): [s, e] for p, (s, e) in sorted(parts.items())} for t, parts in sorted(self.ranges.items())},
+                "ranges": {
+                    t: {str(p): [s, e] for p, (s, e) in sorted(parts.items())}
+                    for t, parts in sorted(self.ranges.items())
+                },
             },
             separators=(",", ":"),
         )
@@ -240,7 +243,9 @@ def batch_entry(checkpoint: str, batch_id: int) -> LedgerEntry | None:
     """
     this = read_offset_log(checkpoint, batch_id)
     if this is None:
-        raise KappaSinkError(f"live ledger: batch {batch_id} has no offsets in {checkpoint!r}/offsets; cannot record it")
+        raise KappaSinkError(
+            f"live ledger: batch {batch_id} has no offsets in {checkpoint!r}/offsets; cannot record it"
+        )
     if not this.kafka:
         return None
     before = read_offset_log(checkpoint, batch_id - 1) if batch_id > 0 else None

@@ -152,7 +152,9 @@ class SinkOptions:
         try:
             fail_batch = int(fail) if fail else None
         except ValueError as e:
-            raise KappaConfigError(f"kappa_iceberg writer: option {FAIL_AFTER_COMMIT_BATCH!r} is {fail!r}; expected a batch id") from e
+            raise KappaConfigError(
+                f"kappa_iceberg writer: option {FAIL_AFTER_COMMIT_BATCH!r} is {fail!r}; expected a batch id"
+            ) from e
         return cls(
             catalog=opts["catalog"],
             table=opts["table"],
@@ -197,7 +199,9 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         from airflow_provider_kappa.spark.catalog import catalog_from_options
 
         # what locates the catalog: its name, inline (non-secret) properties, the catalogs file's path
-        self._catalog_options = {k: str(options[k]) for k in ("catalog", "catalog_properties", "catalogs_file") if k in options}
+        self._catalog_options = {
+            k: str(options[k]) for k in ("catalog", "catalog_properties", "catalogs_file") if k in options
+        }
         catalog = catalog_from_options(self._catalog_options)
         self._superseded: KappaSupersededError | None = None
         try:
@@ -298,7 +302,9 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
             if self.already_committed(table, batchId):
                 log.warning(
                     "kappa_iceberg: batch %s of writer %s is already committed to %s; skipping the replay",
-                    batchId, self._opts.writer_id, self._opts.table,
+                    batchId,
+                    self._opts.writer_id,
+                    self._opts.table,
                 )
                 _delete(table, files)
                 return
@@ -311,7 +317,9 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
                 last = e
                 continue
             if self._opts.fail_after_commit_batch == batchId:
-                raise InjectedCrash(f"fail_after_commit_batch={batchId}: crashing after the Iceberg commit (test option)")
+                raise InjectedCrash(
+                    f"fail_after_commit_batch={batchId}: crashing after the Iceberg commit (test option)"
+                )
             return
         raise KappaSinkError(
             f"kappa_iceberg writer: batch {batchId} could not be committed to {self._opts.table!r} after "
@@ -342,7 +350,9 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         if self.already_committed(table, batchId):
             log.warning(
                 "kappa_iceberg: abort of batch %s of writer %s, which is committed to %s: keeping its files",
-                batchId, self._opts.writer_id, self._opts.table,
+                batchId,
+                self._opts.writer_id,
+                self._opts.table,
             )
             return
         _delete(table, files)
@@ -356,7 +366,11 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         snapshot = table.current_snapshot()
         while snapshot is not None:
             summary = snapshot.summary
-            if summary is not None and summary.get(WRITER_ID) == self._opts.writer_id and summary.get(EPOCH) == self._opts.epoch:
+            if (
+                summary is not None
+                and summary.get(WRITER_ID) == self._opts.writer_id
+                and summary.get(EPOCH) == self._opts.epoch
+            ):
                 theirs = summary.get(QUERY_ID)
                 if self._query_id and theirs and theirs != self._query_id:
                     return False  # an earlier incarnation of the checkpoint: nothing of this query yet
@@ -395,7 +409,6 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         if self._opts.backfill_id:
             props[BACKFILL_ID] = self._opts.backfill_id
         return props
-
 
 
 def _micros_option(opts: Mapping[str, str], key: str) -> int | None:
@@ -451,7 +464,9 @@ def read_query_id(checkpoint: str | None) -> str | None:
     try:
         return str(json.loads(meta.read_text().splitlines()[0])["id"])
     except (OSError, ValueError, KeyError, IndexError) as e:
-        raise KappaSinkError(f"kappa_iceberg writer: checkpoint metadata {str(meta)!r} is not Spark's JSON {{'id': ...}}: {e}") from e
+        raise KappaSinkError(
+            f"kappa_iceberg writer: checkpoint metadata {str(meta)!r} is not Spark's JSON {{'id': ...}}: {e}"
+        ) from e
 
 
 def _writable_table(catalog: Catalog, opts: SinkOptions, schema: StructType) -> Table:
@@ -525,8 +540,14 @@ def _accepts(target: pa.DataType, given: pa.DataType) -> bool:
     t, g = _normalize(target), _normalize(given)
     if t == g:
         return True
-    widen = {(pa.int64(), pa.int32()), (pa.int64(), pa.int16()), (pa.int64(), pa.int8()), (pa.int32(), pa.int16()),
-             (pa.int32(), pa.int8()), (pa.float64(), pa.float32())}
+    widen = {
+        (pa.int64(), pa.int32()),
+        (pa.int64(), pa.int16()),
+        (pa.int64(), pa.int8()),
+        (pa.int32(), pa.int16()),
+        (pa.int32(), pa.int8()),
+        (pa.float64(), pa.float32()),
+    }
     if (t, g) in widen:
         return True
     # Spark's TimestampType is an instant (-> timestamptz); a zone-less target takes timestamp_ntz only.

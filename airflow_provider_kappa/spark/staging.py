@@ -51,7 +51,9 @@ _SEP = "__"
 def _sanitize(value: str, what: str) -> str:
     text = re.sub(r"[^a-z0-9]+", "_", value.lower()).strip("_")
     if not text:
-        raise KappaSinkError(f"staging: {what} {value!r} has no letters or digits; expected a name such as 'prod.summary'")
+        raise KappaSinkError(
+            f"staging: {what} {value!r} has no letters or digits; expected a name such as 'prod.summary'"
+        )
     return text
 
 
@@ -249,7 +251,9 @@ def _referenced_by(catalog: Catalog, target_table: str, paths: set[str]) -> set[
     return found
 
 
-def staging_tables(catalog: Catalog, target_table: str, backfill_id: str, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+def staging_tables(
+    catalog: Catalog, target_table: str, backfill_id: str, namespace: str = DEFAULT_NAMESPACE
+) -> list[str]:
     """Every slice staging table of one backfill of ``target_table``, from the catalog listing.
 
     :param catalog: the pyiceberg catalog.
@@ -269,7 +273,9 @@ def staging_tables(catalog: Catalog, target_table: str, backfill_id: str, namesp
     return sorted(f"{namespace}.{n}" for n in names if n.startswith(prefix) and _SEP not in n[len(prefix) :])
 
 
-def drop_staging(catalog: Catalog, target_table: str, backfill_id: str, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+def drop_staging(
+    catalog: Catalog, target_table: str, backfill_id: str, namespace: str = DEFAULT_NAMESPACE
+) -> list[str]:
     """Purge every staging table of a backfill (after a successful publish), keeping the data
     files published into the target by reference.
 
@@ -312,6 +318,9 @@ def staging_backfills(catalog: Catalog, target_table: str, namespace: str = DEFA
         if len(parts) != 2 or len(parts[0]) < 10:
             continue
         backfill_id = parts[0][:-9]  # "<backfill>_<hash8>"
-        if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", backfill_id) and _prefix(target_table, backfill_id) == f"{head}{parts[0]}{_SEP}":
+        if (
+            re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", backfill_id)
+            and _prefix(target_table, backfill_id) == f"{head}{parts[0]}{_SEP}"
+        ):
             found.setdefault(backfill_id, []).append(f"{namespace}.{name}")
     return {k: sorted(v) for k, v in sorted(found.items())}

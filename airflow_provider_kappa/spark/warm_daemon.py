@@ -153,8 +153,12 @@ def serve(path: str, watch_pid: int | None) -> None:
     """Listen on ``path``; fork a ``pyspark.daemon`` manager per request; end when ``watch_pid`` is gone."""
     began = time.monotonic()
     failed = preload()
-    print(f"warm daemon zygote: {len(PRELOAD) - len(failed)} modules in {time.monotonic() - began:.1f}s"
-          + (f", not imported: {failed}" if failed else ""), file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"warm daemon zygote: {len(PRELOAD) - len(failed)} modules in {time.monotonic() - began:.1f}s"
+        + (f", not imported: {failed}" if failed else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     if os.path.exists(path):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -277,7 +281,11 @@ def _run_module(module: str, argv: Sequence[str]) -> None:
 
     # sys.path as `python -m` would build it: the working folder, then PYTHONPATH, then the rest
     pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [os.getcwd(), *pythonpath, *(p for p in sys.path if p not in pythonpath and p not in ("", os.getcwd()))]
+    sys.path[:] = [
+        os.getcwd(),
+        *pythonpath,
+        *(p for p in sys.path if p not in pythonpath and p not in ("", os.getcwd())),
+    ]
     sys.argv = [module, *argv]
     if module == "pyspark.daemon":
         from pyspark.daemon import manager
@@ -300,8 +308,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args[:1] == ["--run"]:
         return run(args[1:])
-    print("usage: python -m airflow_provider_kappa.spark.warm_daemon --serve SOCKET [--watch-pid PID] | --run ARGS...",
-          file=sys.stderr)  # fmt: skip
+    print(
+        "usage: python -m airflow_provider_kappa.spark.warm_daemon --serve SOCKET [--watch-pid PID] | --run ARGS...",
+        file=sys.stderr,
+    )
     return 2
 
 

@@ -128,14 +128,18 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     folder = tmp_path_factory.mktemp("lake")
     (folder / "warehouse").mkdir()
-    catalog = load_catalog("lake", type="sql", uri=f"sqlite:///{folder}/catalog.db", warehouse=f"file://{folder}/warehouse")
+    catalog = load_catalog(
+        "lake", type="sql", uri=f"sqlite:///{folder}/catalog.db", warehouse=f"file://{folder}/warehouse"
+    )
     expected = seed_sessions_incident(catalog, "raw.playbacks", TARGET)
     return {"dir": folder, "catalog": catalog, "expected": expected}
 
 
 @pytest.fixture(scope="module")
 def airflow(
-    tmp_path_factory: pytest.TempPathFactory, lake: dict[str, Any], postgres: PostgresServer  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+    lake: dict[str, Any],
+    postgres: PostgresServer,  # noqa: F811
 ) -> Iterator[AirflowDeployment]:
     """One Airflow deployment for the module: the example DAGs, the probe DAG, one env connection;
     its metadata DB on PostgreSQL, as a production deployment's (on sqlite, the scheduler and the
@@ -186,8 +190,12 @@ def client(airflow: AirflowDeployment, lake: dict[str, Any]) -> AirflowClient:
     c = airflow.client()
     folder = lake["dir"]
     # The sqlite SqlCatalog ignores the extra property; the IcebergHook passes it on like any other.
-    extra = {"type": "sql", "uri": f"sqlite:///{folder}/catalog.db", "warehouse": f"file://{folder}/warehouse",
-             "credential": PLANTED}  # fmt: skip
+    extra = {
+        "type": "sql",
+        "uri": f"sqlite:///{folder}/catalog.db",
+        "warehouse": f"file://{folder}/warehouse",
+        "credential": PLANTED,
+    }
     c.create_connection(CONN_ID, "iceberg", extra=json.dumps(extra))
     for dag_id in (DAG_ID, BACKFILL_DAG, CONN_DAG, DOWNSTREAM_DAG):
         c.wait_for_dag(dag_id, timeout=120)
@@ -215,8 +223,12 @@ def require_success(client: AirflowClient, dag_id: str, run_id: str, done: dict[
         return
     tis = client.task_instances(dag_id, run_id)
     failed = [t for t in tis if t["state"] == "failed"]
-    logs = "\n".join(client.task_log(dag_id, run_id, t["task_id"], t["try_number"], t["map_index"])[-4000:] for t in failed)
-    pytest.fail(f"run {run_id} of {dag_id} {done['state']}: {sorted((t['task_id'], t['map_index'], t['state']) for t in tis)}\n{logs}")
+    logs = "\n".join(
+        client.task_log(dag_id, run_id, t["task_id"], t["try_number"], t["map_index"])[-4000:] for t in failed
+    )
+    pytest.fail(
+        f"run {run_id} of {dag_id} {done['state']}: {sorted((t['task_id'], t['map_index'], t['state']) for t in tis)}\n{logs}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +257,9 @@ def test_backfill_with_the_catalog_from_a_connection_publishes_exactly_the_corre
 
 
 @pytest.fixture(scope="module")
-def cleared(client: AirflowClient, airflow: AirflowDeployment, lake: dict[str, Any], conn_run: dict[str, Any]) -> dict[str, Any]:
+def cleared(
+    client: AirflowClient, airflow: AirflowDeployment, lake: dict[str, Any], conn_run: dict[str, Any]
+) -> dict[str, Any]:
     """The completed slice of :func:`conn_run` cleared through REST with its downstream tasks, rerun by the scheduler."""
     require_success(client, CONN_DAG, conn_run["run_id"], conn_run["done"])
     run_id = conn_run["run_id"]
@@ -261,7 +275,9 @@ def cleared(client: AirflowClient, airflow: AirflowDeployment, lake: dict[str, A
             rerun = ti["try_number"] > tries[SLICE]
             return run if rerun and run["state"] in ("success", "failed") else None
 
-        done = wait_until(rerun_done, timeout=600, what=f"cleared slice of {run_id} to rerun", servers=airflow.servers, interval=2)
+        done = wait_until(
+            rerun_done, timeout=600, what=f"cleared slice of {run_id} to rerun", servers=airflow.servers, interval=2
+        )
     print(f"cleared slice and downstream rerun {done['state']} in {time.monotonic() - t0:.1f}s")
     return {"cleared": cleared, "tries": tries, "snapshot": snapshot, "done": done, "watch": watch}
 
@@ -271,8 +287,11 @@ def test_a_cleared_slice_reruns_and_the_table_stays_exactly_correct(
 ) -> None:
     run_id = conn_run["run_id"]
     assert sorted((t["task_id"], t["map_index"]) for t in cleared["cleared"]) == [
-        ("cleanup", -1), ("publish", -1), ("slice_sequential", 0), ("validate", -1),
-    ], cleared["cleared"]  # fmt: skip
+        ("cleanup", -1),
+        ("publish", -1),
+        ("slice_sequential", 0),
+        ("validate", -1),
+    ], cleared["cleared"]
     require_success(client, CONN_DAG, run_id, cleared["done"])
     after = states_of(client, CONN_DAG, run_id)
     for key in (SLICE, ("validate", -1), ("publish", -1)):
@@ -319,7 +338,9 @@ def test_the_planted_secret_reaches_only_the_catalogs_file(
     # Command lines and environments of every process the deployment started while the slices ran.
     commands = [c for w in watches for c in w.command_lines()]
     assert any("org.apache.spark.deploy.SparkSubmit" in c and "playback_sessions.py" in c for c in commands), commands
-    assert any(c.endswith("playback_sessions.py") and "python" in c for c in commands), "the job's Python driver was not seen"
+    assert any(c.endswith("playback_sessions.py") and "python" in c for c in commands), (
+        "the job's Python driver was not seen"
+    )
     assert [c for c in commands if PLANTED in c] == []
     assert [pid for w in watches for pid, env in w.environs if secret in env] == []
     # Task logs: every file under the log folder, and the component logs.
@@ -373,13 +394,18 @@ GOOD = {"start": INCIDENT_START.isoformat(), "end": INCIDENT_END.isoformat()}
         # came first with a sqlite metadata DB, the format's with PostgreSQL): either way the key and the value
         ({"start": "2026-11-01T01:00:00"}, "Invalid input for param start: '2026-11-01T01:00:00' "),
         ({"mode": "banana"}, "Invalid input for param mode: 'banana' is not one of ['sequential', 'parallel']"),
-        ({"max_misalignment_threshold": "0s"}, "Invalid input for param max_misalignment_threshold: '0s' does not match"),
+        (
+            {"max_misalignment_threshold": "0s"},
+            "Invalid input for param max_misalignment_threshold: '0s' does not match",
+        ),
         ({"sources": ["nope"]}, "Invalid input for param sources: 'nope' is not one of ['playbacks']"),
         ({"min_match": 101}, "Invalid input for param min_match: 101 is greater than the maximum of 100"),
     ],
     ids=["naive-start", "unknown-mode", "zero-threshold", "unknown-source", "min-match-over-100"],
 )
-def test_bad_backfill_params_refused_by_the_api(client: AirflowClient, lake: dict[str, Any], change: dict[str, Any], reason: str) -> None:
+def test_bad_backfill_params_refused_by_the_api(
+    client: AirflowClient, lake: dict[str, Any], change: dict[str, Any], reason: str
+) -> None:
     before = client.request("GET", f"/api/v2/dags/{BACKFILL_DAG}/dagRuns").json()["total_entries"]
     rows = target_rows(lake)
     resp = client.trigger_response(BACKFILL_DAG, conf={**GOOD, **change})
@@ -396,7 +422,9 @@ def test_end_before_start_fails_the_first_task_and_writes_nothing(client: Airflo
     run = client.trigger(BACKFILL_DAG, conf=conf)  # each value is valid alone: the schema accepts it
     done = client.wait_for_run(BACKFILL_DAG, run["dag_run_id"], timeout=180, interval=2)
     assert done["state"] == "failed"
-    states = {(t["task_id"], t["map_index"]): t["state"] for t in client.task_instances(BACKFILL_DAG, run["dag_run_id"])}
+    states = {
+        (t["task_id"], t["map_index"]): t["state"] for t in client.task_instances(BACKFILL_DAG, run["dag_run_id"])
+    }
     assert states[("snapshot", -1)] == "failed", states
     assert not [k for k, v in states.items() if v == "success"], states
     log = client.task_log(BACKFILL_DAG, run["dag_run_id"], "snapshot")
@@ -443,9 +471,14 @@ def test_a_published_backfill_triggers_the_dag_scheduled_on_its_target(
     assert run["state"] == "success"
     [window] = [w for w in run["windows"] if w["backfill_id"] == backfill_id]
     assert window == {
-        "backfill_id": backfill_id, "job": "playback_sessions", "sink": "sessions", "table": TARGET,
-        "start": CONF["start"], "end": CONF["end"], "snapshot_id": window["snapshot_id"],
-    }  # fmt: skip
+        "backfill_id": backfill_id,
+        "job": "playback_sessions",
+        "sink": "sessions",
+        "table": TARGET,
+        "start": CONF["start"],
+        "end": CONF["end"],
+        "snapshot_id": window["snapshot_id"],
+    }
     assert isinstance(window["snapshot_id"], int)
 
 

@@ -59,13 +59,19 @@ def test_postgres_listens_on_loopback_only(postgres: PostgresServer) -> None:  #
     assert all(addr.startswith(("127.", "::ffff:127.")) for addr in listening.values()), listening
 
 
-def test_an_unreachable_postgres_is_transient_and_a_missing_database_is_not(postgres: PostgresServer, lake_dir: Path) -> None:  # noqa: F811
+def test_an_unreachable_postgres_is_transient_and_a_missing_database_is_not(
+    postgres: PostgresServer, lake_dir: Path
+) -> None:  # noqa: F811
     from airflow_provider_kappa.exceptions import KappaCatalogUnavailableError, KappaConfigError
     from airflow_provider_kappa.spark.catalog import load_catalog
 
     warehouse = f"file://{lake_dir}/warehouse"
     closed = f"postgresql+psycopg2://kappa@127.0.0.1:{free_port()}/lake"
-    with pytest.raises(KappaCatalogUnavailableError, match="catalog 'lake' cannot be reached for now: .*Connection refused"):
+    with pytest.raises(
+        KappaCatalogUnavailableError, match="catalog 'lake' cannot be reached for now: .*Connection refused"
+    ):
         load_catalog("lake", {"type": "sql", "uri": closed, "warehouse": warehouse})
-    with pytest.raises(KappaConfigError, match='catalog \'lake\' cannot be loaded: .*database "no_such_db" does not exist'):
+    with pytest.raises(
+        KappaConfigError, match="catalog 'lake' cannot be loaded: .*database \"no_such_db\" does not exist"
+    ):
         load_catalog("lake", {"type": "sql", "uri": postgres.url("no_such_db"), "warehouse": warehouse})

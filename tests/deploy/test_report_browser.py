@@ -76,7 +76,13 @@ def backfill(tmp_path_factory: pytest.TempPathFactory, airflow_db: None) -> Iter
         print(f"backfill DAG run in {time.monotonic() - t0:.1f}s")
         tis = {(ti.task_id, ti.map_index): ti for ti in dr.get_task_instances()}
         assert dr.state == "success", {k: ti.state for k, ti in tis.items()}
-        yield {"dag": dag, "run": dr, "tis": tis, "lake": lake, "report": tis[("validate", -1)].xcom_pull(task_ids="validate")}
+        yield {
+            "dag": dag,
+            "run": dr,
+            "tis": tis,
+            "lake": lake,
+            "report": tis[("validate", -1)].xcom_pull(task_ids="validate"),
+        }
 
 
 def served_links(dag: Any, ti: Any) -> dict[str, str | None]:
@@ -93,7 +99,9 @@ def test_extra_links_of_the_real_task_instances(backfill: dict[str, Any], monkey
     from airflow_provider_kappa.report.report import report_file
 
     monkeypatch.setenv("KAPPA_LAKE", str(backfill["lake"]))  # the example config's ${KAPPA_LAKE}
-    bf = Backfill.create(load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml"), RUN_CONF)
+    bf = Backfill.create(
+        load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml"), RUN_CONF
+    )
     report = Path(report_file(bf.store()))
     assert report.is_file() and report.parent.parent.name == "backfill"
     tis = backfill["tis"]

@@ -27,7 +27,9 @@ CONN_ID = "kappa_rest_lake"
 
 
 def test_a_backfill_through_a_rest_catalog_from_an_airflow_connection_is_exact(
-    rest_catalog: RestCatalogServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    rest_catalog: RestCatalogServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
 ) -> None:
     import pyarrow as pa
     from pyiceberg.catalog import load_catalog
@@ -36,7 +38,11 @@ def test_a_backfill_through_a_rest_catalog_from_an_airflow_connection_is_exact(
     from airflow_provider_kappa.job.catalogs import catalog_properties
     from airflow_provider_kappa.job.config import load_config
 
-    connection = {"conn_type": "iceberg", "host": rest_catalog.uri, "extra": {"warehouse": rest_catalog.warehouse.as_uri()}}
+    connection = {
+        "conn_type": "iceberg",
+        "host": rest_catalog.uri,
+        "extra": {"warehouse": rest_catalog.warehouse.as_uri()},
+    }
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
     client = load_catalog("lake", **rest_catalog.properties())
     oracle = seed_sessions_incident(client, SOURCE, TARGET)
@@ -51,9 +57,24 @@ def test_a_backfill_through_a_rest_catalog_from_an_airflow_connection_is_exact(
     # one slice (one spark-submit): 195min is the one grid (multiples of the slice since the epoch)
     # whose single cell holds the whole read range [00:30, 03:45)
     code = main(
-        ["backfill", "--config", str(config), "--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat(),
-         "--slice", "195min", "--warmup", "30min", "--tail", "45min", "--max-misalignment", "1h"]
-    )  # fmt: skip
+        [
+            "backfill",
+            "--config",
+            str(config),
+            "--start",
+            INCIDENT_START.isoformat(),
+            "--end",
+            INCIDENT_END.isoformat(),
+            "--slice",
+            "195min",
+            "--warmup",
+            "30min",
+            "--tail",
+            "45min",
+            "--max-misalignment",
+            "1h",
+        ]
+    )
     assert code == 0
     target = client.load_table(TARGET)
     assert sorted_rows(target) == expected

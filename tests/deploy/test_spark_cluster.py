@@ -111,7 +111,9 @@ def test_worker_killed_mid_job_result_still_exact(cluster: SparkCluster, tmp_pat
         victim = cluster.worker_dir(0)
         # Mid-job: both workers' executors are running tasks of the first stage.
         wait_until(
-            lambda: {str(victim), str(cluster.worker_dir(1))} <= {str(Path(m["cwd"]).parents[1]) for m in _markers(markers)},
+            lambda: (
+                {str(victim), str(cluster.worker_dir(1))} <= {str(Path(m["cwd"]).parents[1]) for m in _markers(markers)}
+            ),
             timeout=120,
             what="tasks running on both workers",
             servers=[driver, *cluster.worker_procs],
@@ -131,6 +133,7 @@ def test_worker_killed_mid_job_result_still_exact(cluster: SparkCluster, tmp_pat
     seen = _markers(markers)
     assert {m["package"] for m in seen} == {airflow_provider_kappa.__file__}, seen
     assert {m["python"] for m in seen} == {str(Path(cluster.env()["PYSPARK_PYTHON"]))}, seen
+
     # Some partition started on the killed worker ran again on the surviving one.
     def partitions_on(worker: int) -> set[str]:
         return {m["name"].split("-")[0] for m in seen if Path(m["cwd"]).parents[1] == cluster.worker_dir(worker)}
@@ -151,7 +154,9 @@ def cluster_job_config(folder: Path, cluster: SparkCluster, lake: Path) -> Path:
     raw["job"]["master"] = cluster.master_url
     raw["job"]["engine"] = "submit"  # batch clusters run a spark-submit per slice (engine connect: tests/integration)
     raw["job"]["spark_conf"] = client_conf()
-    raw["catalogs"] = {"lake": {"type": "sql", "uri": f"sqlite:///{lake}/catalog.db", "warehouse": f"file://{lake}/warehouse"}}
+    raw["catalogs"] = {
+        "lake": {"type": "sql", "uri": f"sqlite:///{lake}/catalog.db", "warehouse": f"file://{lake}/warehouse"}
+    }
     path = folder / "kappa.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -174,15 +179,30 @@ def test_parallel_backfill_on_the_cluster_survives_a_killed_worker(cluster: Spar
 
     lake = tmp_path / "lake"
     (lake / "warehouse").mkdir(parents=True)
-    catalog: Any = load_catalog("lake", type="sql", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"file://{lake}/warehouse")
+    catalog: Any = load_catalog(
+        "lake", type="sql", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"file://{lake}/warehouse"
+    )
     expected = sorted_rows(pa.Table.from_pylist(seed_sessions_incident(catalog), schema=sessions_arrow()))
     assert sorted_rows(catalog.load_table("prod.playback_sessions")) != expected, "the seeded incident must differ"
     config = cluster_job_config(tmp_path, cluster, lake)
     argv = [
-        str(Path(sys.executable).parent / "kappa"), "backfill", "--config", str(config),
-        "--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat(),
-        "--mode", "parallel", "--slice", "2h", "--warmup", "30min", "--tail", "45min",
-    ]  # fmt: skip
+        str(Path(sys.executable).parent / "kappa"),
+        "backfill",
+        "--config",
+        str(config),
+        "--start",
+        INCIDENT_START.isoformat(),
+        "--end",
+        INCIDENT_END.isoformat(),
+        "--mode",
+        "parallel",
+        "--slice",
+        "2h",
+        "--warmup",
+        "30min",
+        "--tail",
+        "45min",
+    ]
     t0 = time.monotonic()
     cli = ServerProcess("kappa backfill", argv, tmp_path / "kappa-backfill.log", cluster.env(), cwd=tmp_path)
     try:
@@ -300,8 +320,15 @@ def test_launcher_ships_a_packed_venv_the_catalogs_and_keeps_defaults_env_and_ev
     out = tmp_path / "seen.json"
     props = private / "spark.properties"
     t0 = time.monotonic()
-    submit(app, conf, properties_file=props, name="kappa-packed-venv", master=cluster.master_url,
-           class_data_sharing=False, application_args=[str(out)])  # fmt: skip
+    submit(
+        app,
+        conf,
+        properties_file=props,
+        name="kappa-packed-venv",
+        master=cluster.master_url,
+        class_data_sharing=False,
+        application_args=[str(out)],
+    )
     print(f"packed-venv probe on the cluster took {time.monotonic() - t0:.1f}s")
     seen = json.loads(out.read_text())
     workers = {str(cluster.worker_dir(i)) for i in range(cluster.workers)}

@@ -35,7 +35,9 @@ WINDOW = (1280, 2400)  # tall enough for a whole section of the form in one scre
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
     """Airflow serving the repo's dags/ (no lake is needed to show a form: DAG files do no I/O)."""
     root = tmp_path_factory.mktemp("airflow-ui")
-    with airflow_deployment(root / "home", REPO / "dags", extra_env={"KAPPA_LAKE": str(root / "lake"), "PYTHONDONTWRITEBYTECODE": "1"}) as af:
+    with airflow_deployment(
+        root / "home", REPO / "dags", extra_env={"KAPPA_LAKE": str(root / "lake"), "PYTHONDONTWRITEBYTECODE": "1"}
+    ) as af:
         yield af
 
 
@@ -47,7 +49,9 @@ def client(airflow: AirflowDeployment) -> AirflowClient:
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory, airflow: AirflowDeployment, client: AirflowClient) -> Iterator[Chromium]:
+def browser(
+    tmp_path_factory: pytest.TempPathFactory, airflow: AirflowDeployment, client: AirflowClient
+) -> Iterator[Chromium]:
     """One headless Chromium, logged into the UI through the login form."""
     t0 = time.monotonic()
     with headless_chromium(tmp_path_factory.mktemp("chromium"), window=WINDOW) as b:
@@ -87,7 +91,9 @@ def png_size(path: Path) -> tuple[int, int]:
     return int(width), int(height)
 
 
-def test_trigger_form_screenshot_shows_every_param(browser: Chromium, airflow: AirflowDeployment, tmp_path: Path) -> None:
+def test_trigger_form_screenshot_shows_every_param(
+    browser: Chromium, airflow: AirflowDeployment, tmp_path: Path
+) -> None:
     page = open_trigger_form(browser, airflow)
     for section, params in (("basic", BASIC), ("advanced", ADVANCED)):
         if section == "advanced":
@@ -99,7 +105,11 @@ def test_trigger_form_screenshot_shows_every_param(browser: Chromium, airflow: A
         # Every label is drawn inside the viewport, so the screenshot shows it.
         width, height = page.viewport()
         boxes = page.text_boxes(params, within=FORM)
-        off = {p: box for p, box in boxes.items() if box is None or not (box[0] >= 0 and box[1] <= height and box[3] <= width)}
+        off = {
+            p: box
+            for p, box in boxes.items()
+            if box is None or not (box[0] >= 0 and box[1] <= height and box[3] <= width)
+        }
         assert not off, f"labels not visible in a {width}x{height} screenshot: {off}"
         shot = page.screenshot(tmp_path / f"trigger-form-{section}.png", full_page=False)
         assert png_size(shot) == WINDOW
@@ -120,7 +130,9 @@ def pick(page: Page, label: str, date: str, hhmm: str) -> str:
     ``label``, as a person types them into the picker's popover; return what the field shows."""
     picker = f"{field(label)}.querySelector('[data-testid=datetime-input]')"
     # the form re-renders its fields after every change: find the field afresh, each time until it is there
-    found = f"(() => {{ const f = {field(label)}; return !!(f && f.querySelector('[data-testid=datetime-input]')); }})()"
+    found = (
+        f"(() => {{ const f = {field(label)}; return !!(f && f.querySelector('[data-testid=datetime-input]')); }})()"
+    )
     page.wait_for(found, what=f"the field {label}", timeout=15)
     page.evaluate(f"{picker}.click()")
     popover = "document.querySelector('[data-scope=popover][data-part=content][data-state=open]')"

@@ -53,47 +53,141 @@ def drop_table(identifier: str) -> Callable[[Any], None]:
 
 CASES: list[tuple[str, Edit | None, Callable[[Any], None] | None, list[str], str]] = [
     # id, kappa.yaml edit, lake change, extra CLI args, expected message
-    ("unknown-sink-type", put("sinks.sessions.type", "delta"), None, [],
-     "sinks.sessions.type: 'delta' is not a sink type; allowed: ['iceberg']"),
-    ("sink-with-undefined-catalog", put("sinks.sessions.catalog", "warehouse"), None, [],
-     "sinks.sessions.catalog: 'warehouse' is not a defined catalog; defined: ['lake']"),
-    ("missing-source-table", None, drop_table(SOURCE), [],
-     "source playbacks (backfill-playbacks): table 'raw.playbacks' does not exist in catalog 'lake'"),
-    ("missing-target-table", None, drop_table(TARGET), [],
-     "sink sessions: target table 'prod.playback_sessions' does not exist in catalog 'lake'"),
-    ("ingestion-column-missing", put("sources.backfill-playbacks.ingestion_column", "landed_at"), None, [],
-     "table 'raw.playbacks': ingestion column 'landed_at' does not exist; columns: ['event_id', 'account_id'"),
-    ("ingestion-column-wrong-type", put("sources.backfill-playbacks.ingestion_column", "event_id"), None, [],
-     "table 'raw.playbacks': ingestion column 'event_id' has type string; expected timestamptz"),
-    ("sink-time-column-missing", put("sinks.sessions.time_column", "window_start"), None, [],
-     "sink sessions: time_column 'window_start' is not a column of 'prod.playback_sessions'"),
-    ("sink-time-column-wrong-type", put("sinks.sessions.time_column", "plays"), None, [],
-     "sink sessions: time_column 'plays' of 'prod.playback_sessions' has type long; expected timestamptz"),
-    ("unknown-top-level-key", put("sink", {"sessions": {}}), None, [],
-     "unknown key(s) ['sink']; allowed: ['backfill', 'catalogs', 'job', 'land', 'sinks', 'sources']"),
-    ("unknown-job-key", put("job.aplication", "x.py"), None, [],
-     "job: unknown key(s) ['aplication']"),
-    ("unknown-source-key", put("sources.backfill-playbacks.ingestion_col", "ingestion_ts"), None, [],
-     "sources.backfill-playbacks: unknown key(s) ['ingestion_col']"),
-    ("sources-not-a-mapping", put("sources", ["playbacks"]), None, [],
-     "sources: expected a mapping of source names, got ['playbacks']"),
-    ("spark-conf-not-a-mapping", put("job.spark_conf", "spark.sql.shuffle.partitions=2"), None, [],
-     "job.spark_conf: 'spark.sql.shuffle.partitions=2' must be a mapping of strings"),
-    ("threshold-not-a-duration", put("sources.backfill-playbacks.max_misalignment_threshold", 15), None, [],
-     "sources.backfill-playbacks.max_misalignment_threshold: 15 is not a duration"),
-    ("min-match-not-a-number", put("backfill.min_match", "high"), None, [],
-     "backfill.min_match: 'high' must be a percentage between 0 and 100"),
-    ("application-does-not-exist", put("job.application", "jobs/nope.py"), None, [],
-     "job.application: '{folder}/jobs/nope.py' does not exist; expected the job's Python file"),
-    ("application-is-a-folder", put("job.application", "."), None, [],
-     "job.application: '{folder}' is a folder; expected the job's Python file"),
-    ("catalog-unreachable", put("catalogs.lake.uri", lambda f: f"sqlite:///{f}/no-such-dir/catalog.db"), None, [],
-     "catalog 'lake' cannot be loaded: OperationalError: (sqlite3.OperationalError) unable to open database file"),
-    ("threshold-larger-than-slice", None, None, ["--slice", "1h", "--max-misalignment", "90min"],
-     "backfill parameter max_misalignment_threshold: 90min exceeds slice 1h; it must be at most the slice"),
-    ("threshold-larger-than-the-window", None, None, ["--max-misalignment", "3h"],
-     "backfill parameter max_misalignment_threshold: 3h exceeds slice 1h"),
-]  # fmt: skip
+    (
+        "unknown-sink-type",
+        put("sinks.sessions.type", "delta"),
+        None,
+        [],
+        "sinks.sessions.type: 'delta' is not a sink type; allowed: ['iceberg']",
+    ),
+    (
+        "sink-with-undefined-catalog",
+        put("sinks.sessions.catalog", "warehouse"),
+        None,
+        [],
+        "sinks.sessions.catalog: 'warehouse' is not a defined catalog; defined: ['lake']",
+    ),
+    (
+        "missing-source-table",
+        None,
+        drop_table(SOURCE),
+        [],
+        "source playbacks (backfill-playbacks): table 'raw.playbacks' does not exist in catalog 'lake'",
+    ),
+    (
+        "missing-target-table",
+        None,
+        drop_table(TARGET),
+        [],
+        "sink sessions: target table 'prod.playback_sessions' does not exist in catalog 'lake'",
+    ),
+    (
+        "ingestion-column-missing",
+        put("sources.backfill-playbacks.ingestion_column", "landed_at"),
+        None,
+        [],
+        "table 'raw.playbacks': ingestion column 'landed_at' does not exist; columns: ['event_id', 'account_id'",
+    ),
+    (
+        "ingestion-column-wrong-type",
+        put("sources.backfill-playbacks.ingestion_column", "event_id"),
+        None,
+        [],
+        "table 'raw.playbacks': ingestion column 'event_id' has type string; expected timestamptz",
+    ),
+    (
+        "sink-time-column-missing",
+        put("sinks.sessions.time_column", "window_start"),
+        None,
+        [],
+        "sink sessions: time_column 'window_start' is not a column of 'prod.playback_sessions'",
+    ),
+    (
+        "sink-time-column-wrong-type",
+        put("sinks.sessions.time_column", "plays"),
+        None,
+        [],
+        "sink sessions: time_column 'plays' of 'prod.playback_sessions' has type long; expected timestamptz",
+    ),
+    (
+        "unknown-top-level-key",
+        put("sink", {"sessions": {}}),
+        None,
+        [],
+        "unknown key(s) ['sink']; allowed: ['backfill', 'catalogs', 'job', 'land', 'sinks', 'sources']",
+    ),
+    ("unknown-job-key", put("job.aplication", "x.py"), None, [], "job: unknown key(s) ['aplication']"),
+    (
+        "unknown-source-key",
+        put("sources.backfill-playbacks.ingestion_col", "ingestion_ts"),
+        None,
+        [],
+        "sources.backfill-playbacks: unknown key(s) ['ingestion_col']",
+    ),
+    (
+        "sources-not-a-mapping",
+        put("sources", ["playbacks"]),
+        None,
+        [],
+        "sources: expected a mapping of source names, got ['playbacks']",
+    ),
+    (
+        "spark-conf-not-a-mapping",
+        put("job.spark_conf", "spark.sql.shuffle.partitions=2"),
+        None,
+        [],
+        "job.spark_conf: 'spark.sql.shuffle.partitions=2' must be a mapping of strings",
+    ),
+    (
+        "threshold-not-a-duration",
+        put("sources.backfill-playbacks.max_misalignment_threshold", 15),
+        None,
+        [],
+        "sources.backfill-playbacks.max_misalignment_threshold: 15 is not a duration",
+    ),
+    (
+        "min-match-not-a-number",
+        put("backfill.min_match", "high"),
+        None,
+        [],
+        "backfill.min_match: 'high' must be a percentage between 0 and 100",
+    ),
+    (
+        "application-does-not-exist",
+        put("job.application", "jobs/nope.py"),
+        None,
+        [],
+        "job.application: '{folder}/jobs/nope.py' does not exist; expected the job's Python file",
+    ),
+    (
+        "application-is-a-folder",
+        put("job.application", "."),
+        None,
+        [],
+        "job.application: '{folder}' is a folder; expected the job's Python file",
+    ),
+    (
+        "catalog-unreachable",
+        put("catalogs.lake.uri", lambda f: f"sqlite:///{f}/no-such-dir/catalog.db"),
+        None,
+        [],
+        "catalog 'lake' cannot be loaded: OperationalError: (sqlite3.OperationalError) unable to open database file",
+    ),
+    (
+        "threshold-larger-than-slice",
+        None,
+        None,
+        ["--slice", "1h", "--max-misalignment", "90min"],
+        "backfill parameter max_misalignment_threshold: 90min exceeds slice 1h; it must be at most the slice",
+    ),
+    (
+        "threshold-larger-than-the-window",
+        None,
+        None,
+        ["--max-misalignment", "3h"],
+        "backfill parameter max_misalignment_threshold: 3h exceeds slice 1h",
+    ),
+]
 
 
 @pytest.fixture()
@@ -138,9 +232,11 @@ def test_a_kubernetes_master_without_the_kubernetes_provider_is_refused(
     reaches the submit step, here the test's stand-in for spark-submit)."""
     k8s = put("job.master", "k8s://https://127.0.0.1:6443")
     if spark_conn_id is None:
-        reason = ("job.master 'k8s://https://127.0.0.1:6443' is a Kubernetes master (k8s://), and Airflow's Kubernetes "
-                  "provider, which SparkSubmitHook needs for it, is not installed here; install it with: "
-                  "pip install 'airflow-provider-kappa[kubernetes]'")  # fmt: skip
+        reason = (
+            "job.master 'k8s://https://127.0.0.1:6443' is a Kubernetes master (k8s://), and Airflow's Kubernetes "
+            "provider, which SparkSubmitHook needs for it, is not installed here; install it with: "
+            "pip install 'airflow-provider-kappa[kubernetes]'"
+        )
         assert_refused(tmp_path, catalog, catalog_props, capsys, k8s, None, [], reason)
         return
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", '{"conn_type": "spark", "host": "yarn"}')
@@ -190,7 +286,9 @@ def assert_refused(
     assert not (tmp_path / "checkpoints").exists()
 
 
-def test_malformed_yaml_is_refused(tmp_path: Path, catalog: Any, capsys: pytest.CaptureFixture[str], no_spark_submit: None) -> None:
+def test_malformed_yaml_is_refused(
+    tmp_path: Path, catalog: Any, capsys: pytest.CaptureFixture[str], no_spark_submit: None
+) -> None:
     seed_sessions_incident(catalog, SOURCE, TARGET)
     before = _lake_state(catalog)
     config = tmp_path / "kappa.yaml"

@@ -89,7 +89,9 @@ def test_a_stale_lock_is_taken_over(tmp_path: Path, home: Path) -> None:
     ],
     ids=["connection-cluster-mode", "conf-cluster-mode", "user-xshare-off", "user-archive"],
 )
-def test_not_applied_where_it_cannot_or_should_not(tmp_path: Path, home: Path, conf: dict[str, str], on_cluster: bool) -> None:
+def test_not_applied_where_it_cannot_or_should_not(
+    tmp_path: Path, home: Path, conf: dict[str, str], on_cluster: bool
+) -> None:
     assert cds.plan(conf, driver_on_cluster=on_cluster, home=home, folder=tmp_path / "cache") is None
     assert not (tmp_path / "cache").exists()
 
@@ -136,7 +138,6 @@ def test_real_spark_submits_write_then_map_the_archive(tmp_path: Path, monkeypat
     assert "SharedArchiveFile" in (tmp_path / "two.properties").read_text()
 
 
-
 def test_job_class_data_sharing_false_leaves_the_conf_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
@@ -146,8 +147,14 @@ def test_job_class_data_sharing_false_leaves_the_conf_alone(tmp_path: Path, monk
     monkeypatch.setattr(SparkSubmitHook, "submit", lambda hook, application="", **_: launched.append(application))
     app = tmp_path / "app.py"
     app.write_text(APP)
-    submit(app, {}, properties_file=tmp_path / "off.properties", name="kappa-cds-off", master="local[1]",
-           class_data_sharing=False)  # fmt: skip
+    submit(
+        app,
+        {},
+        properties_file=tmp_path / "off.properties",
+        name="kappa-cds-off",
+        master="local[1]",
+        class_data_sharing=False,
+    )
     assert launched == [str(app)]
     assert not (tmp_path / "cache").exists()
     assert "XX:" not in (tmp_path / "off.properties").read_text()
@@ -161,7 +168,12 @@ def test_archives_unused_for_a_month_are_removed_when_a_new_one_is_kept(tmp_path
     recent = folder / "spark-0thersp.jsa"  # another Spark's, mapped a week ago: still in use
     killed = folder / "spark-0ldjdk.123.456.jsa.tmp"  # left by a run killed while writing
     unrelated = folder / "notes.txt"
-    for path, age in ((old, month + 60), (recent, 7 * 86400), (killed, 2 * cds.STALE_LOCK_SECONDS), (unrelated, 10 * month)):
+    for path, age in (
+        (old, month + 60),
+        (recent, 7 * 86400),
+        (killed, 2 * cds.STALE_LOCK_SECONDS),
+        (unrelated, 10 * month),
+    ):
         path.write_bytes(b"x")
         os.utime(path, (time.time() - age, time.time() - age))
 

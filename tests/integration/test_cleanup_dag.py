@@ -22,7 +22,11 @@ TARGET, SOURCE = "prod.playback_sessions", "raw.playbacks"
 
 
 def test_the_dag_cleans_up_after_publishing_and_the_target_keeps_its_files(
-    tmp_path: Path, catalog_props: dict[str, str], catalog: Any, airflow_db: None, connect_server: Any  # noqa: F811
+    tmp_path: Path,
+    catalog_props: dict[str, str],
+    catalog: Any,
+    airflow_db: None,
+    connect_server: Any,  # noqa: F811
 ) -> None:
     from datetime import timedelta
 
@@ -43,10 +47,27 @@ def test_the_dag_cleans_up_after_publishing_and_the_target_keeps_its_files(
         (checkpoints / old / "plans" / "s0000").mkdir(parents=True)
         (checkpoints / old / "plans" / "s0000" / "playbacks.json").write_text("{}")
         source.manage_snapshots().create_tag(source.current_snapshot().snapshot_id, tag_name(old)).commit()
-    take_lock(catalog.load_table(TARGET), "bf_holding_lock", "playback_sessions", T0 + timedelta(hours=20), T0 + timedelta(hours=21), retention=timedelta(days=7))
+    take_lock(
+        catalog.load_table(TARGET),
+        "bf_holding_lock",
+        "playback_sessions",
+        T0 + timedelta(hours=20),
+        T0 + timedelta(hours=21),
+        retention=timedelta(days=7),
+    )
 
-    dag = kappa_backfill_dag(str(config), dag_id="kappa_backfill_playback_sessions", slice_retries=0, step_retries=0)  # a serialized dag id
-    dr = dag.test(run_conf={"start": INCIDENT_START.isoformat(), "end": INCIDENT_END.isoformat(), "slice": "2h", "warmup": "30min", "tail": "45min"})
+    dag = kappa_backfill_dag(
+        str(config), dag_id="kappa_backfill_playback_sessions", slice_retries=0, step_retries=0
+    )  # a serialized dag id
+    dr = dag.test(
+        run_conf={
+            "start": INCIDENT_START.isoformat(),
+            "end": INCIDENT_END.isoformat(),
+            "slice": "2h",
+            "warmup": "30min",
+            "tail": "45min",
+        }
+    )
     states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
     assert dr.state == "success", states
     assert states[("publish", -1)] == "success" and states[("cleanup", -1)] == "success"
@@ -60,7 +81,11 @@ def test_the_dag_cleans_up_after_publishing_and_the_target_keeps_its_files(
     assert backfill_id in published  # the run did publish by reference from staging tables it then dropped
     assert list(staging_backfills(catalog, TARGET)) == ["bf_holding_lock"]
     refs = catalog.load_table(SOURCE).metadata.refs
-    assert tag_name(backfill_id) not in refs and tag_name("bf_old_dry_run") not in refs and tag_name("bf_holding_lock") in refs
+    assert (
+        tag_name(backfill_id) not in refs
+        and tag_name("bf_old_dry_run") not in refs
+        and tag_name("bf_holding_lock") in refs
+    )
     assert sorted(p.name for p in checkpoints.iterdir()) == ["bf_holding_lock"]
     assert not Path(backfill_root(str(tmp_path / "checkpoints"), "playback_sessions", backfill_id)).exists()
     removed = {d["backfill_id"]: d["removed"] for d in dr.get_task_instance("cleanup").xcom_pull(task_ids="cleanup")}

@@ -56,9 +56,15 @@ def test_plan_prints_the_slice_table_and_writes_nothing(
 @pytest.mark.parametrize(
     ("argv", "reason"),
     [
-        (["--start", "2026-11-01T03:00:00Z", "--end", "2026-11-01T01:00:00Z"], "backfill parameter end: '2026-11-01T01:00:00Z' is not after start"),
+        (
+            ["--start", "2026-11-01T03:00:00Z", "--end", "2026-11-01T01:00:00Z"],
+            "backfill parameter end: '2026-11-01T01:00:00Z' is not after start",
+        ),
         (["--start", "2026-11-01T01:00:00", "--end", "2026-11-01T03:00:00Z"], "is a naive timestamp; add an offset"),
-        (WINDOW + ["--sources", "playbacks,clicks"], "unknown source(s) ['clicks'] for job 'playback_sessions'; allowed: ['playbacks']"),
+        (
+            WINDOW + ["--sources", "playbacks,clicks"],
+            "unknown source(s) ['clicks'] for job 'playback_sessions'; allowed: ['playbacks']",
+        ),
         (WINDOW + ["--max-misalignment", "0s"], "backfill parameter max_misalignment_threshold: '0s' must be positive"),
         (WINDOW + ["--slice=-1h"], "backfill parameter slice: '-1h' is not a duration"),
         (WINDOW + ["--slice", "1d"], "backfill parameter slice: 1d is larger than the range read"),
@@ -120,4 +126,7 @@ def test_backfill_replaces_the_bad_window_end_to_end(
     # a dry run writes nothing outside staging
     code, out, err = kappa(capsys, "backfill", "--config", str(config), *WINDOW, *OPTIONS, "--resume", "--dry-run")
     assert code == 0 and "dry run: nothing published" in out
-    assert catalog.load_table("prod.playback_sessions").current_snapshot().snapshot_id == after.current_snapshot().snapshot_id
+    assert (
+        catalog.load_table("prod.playback_sessions").current_snapshot().snapshot_id
+        == after.current_snapshot().snapshot_id
+    )

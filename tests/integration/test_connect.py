@@ -24,23 +24,33 @@ RUNNER = "airflow_provider_kappa.engine.connect_runner"
 WINDOW = ["--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()]
 OPTIONS = ["--slice", "2h", "--warmup", "30min", "--tail", "45min", "--min-match", "50"]
 
-APP = '''
+APP = """
 from pyspark.sql import SparkSession
 from airflow_provider_kappa.spark.resolve import is_connect
 spark = SparkSession.builder.getOrCreate()
 print("connect", is_connect(spark), spark.conf.get("spark.kappa.job"), spark.conf.get("spark.sql.shuffle.partitions"))
-'''
+"""
 
 
 def run_runner(tmp_path: Path, url: str, conf: dict[str, str]) -> subprocess.CompletedProcess[str]:
     (tmp_path / "app.py").write_text(APP)
     (tmp_path / "conf.json").write_text(json.dumps(conf))
-    argv = [sys.executable, "-m", RUNNER, "--conf-file", str(tmp_path / "conf.json"), "--progress-file", str(tmp_path / "p.jsonl")]
+    argv = [
+        sys.executable,
+        "-m",
+        RUNNER,
+        "--conf-file",
+        str(tmp_path / "conf.json"),
+        "--progress-file",
+        str(tmp_path / "p.jsonl"),
+    ]
     env = {**os.environ, "SPARK_REMOTE": url}
     return subprocess.run([*argv, str(tmp_path / "app.py")], env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_the_runner_gives_the_unchanged_job_its_session_and_refuses_server_keys(tmp_path: Path, connect_server: Any) -> None:
+def test_the_runner_gives_the_unchanged_job_its_session_and_refuses_server_keys(
+    tmp_path: Path, connect_server: Any
+) -> None:
     done = run_runner(tmp_path, connect_server.url, {"spark.kappa.job": "t", "spark.sql.shuffle.partitions": "3"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "connect True t 3" in done.stdout
@@ -59,7 +69,9 @@ def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact
     from airflow_provider_kappa.engine.connect_server import read_state
 
     expected = seed_sessions_incident(catalog)
-    config = write_job_config(tmp_path, catalog_props, engine="connect", extra_catalog_props={"s3.secret-access-key": PLANTED_SECRET})
+    config = write_job_config(
+        tmp_path, catalog_props, engine="connect", extra_catalog_props={"s3.secret-access-key": PLANTED_SECRET}
+    )
     checkpoints = tmp_path / "checkpoints"
     killed: list[int] = []
 
@@ -114,7 +126,9 @@ def test_a_task_finds_the_owned_server_and_restarts_it_when_gone(tmp_path: Path,
         started = ensure_server(cfg, state_file)
         assert started.alive() and read_state(state_file) == started and started.url != "sc://127.0.0.1:1"
         assert ensure_server(cfg, state_file) == started  # alive: reused, not restarted
-        assert "spark.ui.enabled false" in (state_file.parent / "server.properties").read_text()  # the job's server keys
+        assert (
+            "spark.ui.enabled false" in (state_file.parent / "server.properties").read_text()
+        )  # the job's server keys
     finally:
         stop_owned(state_file)
     assert not state_file.exists() and not started.running()

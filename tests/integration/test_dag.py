@@ -42,11 +42,23 @@ def test_example_dags_have_the_backfill_shape_and_params(lake: Path) -> None:
         assert dag.dag_id == f"kappa_backfill_{name}"
         assert dag.schedule is None and dag.max_active_runs == 1
         assert set(dag.task_dict) == {
-            "snapshot", "plan", "mode", "slice_sequential", "slice_parallel", "validate", "publish", "cleanup",
-            "connect_server_start", "connect_server_stop",  # engine connect without job.connect: a local server
-        }  # fmt: skip
+            "snapshot",
+            "plan",
+            "mode",
+            "slice_sequential",
+            "slice_parallel",
+            "validate",
+            "publish",
+            "cleanup",
+            "connect_server_start",
+            "connect_server_stop",  # engine connect without job.connect: a local server
+        }
         assert dag.task_dict["connect_server_start"].is_setup and dag.task_dict["connect_server_stop"].is_teardown
-        assert dag.task_dict["connect_server_start"].downstream_task_ids == {"slice_sequential", "slice_parallel", "connect_server_stop"}
+        assert dag.task_dict["connect_server_start"].downstream_task_ids == {
+            "slice_sequential",
+            "slice_parallel",
+            "connect_server_stop",
+        }
         assert dag.task_dict["snapshot"].downstream_task_ids == {"plan"}
         assert dag.task_dict["mode"].downstream_task_ids == {"slice_sequential", "slice_parallel"}
         assert dag.task_dict["validate"].upstream_task_ids >= {"slice_sequential", "slice_parallel"}
@@ -56,9 +68,20 @@ def test_example_dags_have_the_backfill_shape_and_params(lake: Path) -> None:
         assert dag.task_dict["slice_sequential"].max_active_tis_per_dagrun == 1
         assert dag.task_dict["slice_parallel"].max_active_tis_per_dagrun == 4
         assert list(dag.params) == [
-            "start", "end", "sources", "slice", "max_misalignment_threshold", "warmup", "tail", "mode", "dry_run",
-            "publish", "min_match", "allow_open_end", "ledger",
-        ]  # fmt: skip
+            "start",
+            "end",
+            "sources",
+            "slice",
+            "max_misalignment_threshold",
+            "warmup",
+            "tail",
+            "mode",
+            "dry_run",
+            "publish",
+            "min_match",
+            "allow_open_end",
+            "ledger",
+        ]
         sources_param = dag.params.get_param("sources")
         assert sources_param.value == sources and sources_param.schema["examples"] == sources
         assert dag.params.get_param("mode").schema["enum"] == ["sequential", "parallel"]
@@ -85,7 +108,10 @@ def test_trigger_with_bad_values_is_refused_with_the_reason(lake: Path, airflow_
     dag = load_dag()
     for change, reason in (
         ({"sources": ["clicks"]}, "Invalid input for param sources: 'clicks' is not one of ['playbacks']"),
-        ({"max_misalignment_threshold": "0s"}, "Invalid input for param max_misalignment_threshold: '0s' does not match"),
+        (
+            {"max_misalignment_threshold": "0s"},
+            "Invalid input for param max_misalignment_threshold: '0s' does not match",
+        ),
         ({"start": "2026-11-01T01:00:00"}, "Invalid input for param start: '2026-11-01T01:00:00' does not match"),
         ({"mode": "fast"}, "Invalid input for param mode: 'fast' is not one of ['sequential', 'parallel']"),
         ({"min_match": 150}, "Invalid input for param min_match: 150 is greater than the maximum of 100"),
@@ -96,7 +122,10 @@ def test_trigger_with_bad_values_is_refused_with_the_reason(lake: Path, airflow_
 
 
 def test_end_before_start_fails_the_first_task_before_any_spark_run(
-    lake: Path, catalog: Any, airflow_db: None, capfd: pytest.CaptureFixture[str]  # noqa: F811
+    lake: Path,
+    catalog: Any,
+    airflow_db: None,
+    capfd: pytest.CaptureFixture[str],  # noqa: F811
 ) -> None:
     create_events_table(catalog, "raw.playbacks")
     dag = load_dag()
@@ -104,9 +133,10 @@ def test_end_before_start_fails_the_first_task_before_any_spark_run(
     states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
     assert dr.state == "failed"
     assert states["snapshot"] == "failed"
-    assert {states[t] for t in ("plan", "mode", "slice_sequential", "slice_parallel", "validate", "publish", "connect_server_start")} == {
-        "upstream_failed"
-    }
+    assert {
+        states[t]
+        for t in ("plan", "mode", "slice_sequential", "slice_parallel", "validate", "publish", "connect_server_start")
+    } == {"upstream_failed"}
     out = capfd.readouterr().out
     assert "backfill parameter end: '2026-11-01T01:00:00+00:00' is not after start '2026-11-01T03:00:00+00:00'" in out
     assert not (lake / "checkpoints").exists()
@@ -114,7 +144,11 @@ def test_end_before_start_fails_the_first_task_before_any_spark_run(
 
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
 def test_dag_run_replaces_the_bad_window_with_the_correct_rows(
-    mode: str, lake: Path, catalog: Any, airflow_db: None, capfd: pytest.CaptureFixture[str]  # noqa: F811
+    mode: str,
+    lake: Path,
+    catalog: Any,
+    airflow_db: None,
+    capfd: pytest.CaptureFixture[str],  # noqa: F811
 ) -> None:
     expected = seed_sessions_incident(catalog)
     before = sorted_rows(catalog.load_table("prod.playback_sessions"))
@@ -124,7 +158,9 @@ def test_dag_run_replaces_the_bad_window_with_the_correct_rows(
     out = capfd.readouterr().out
     states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
     assert dr.state == "success", states
-    ran, skipped = ("slice_sequential", "slice_parallel") if mode == "sequential" else ("slice_parallel", "slice_sequential")
+    ran, skipped = (
+        ("slice_sequential", "slice_parallel") if mode == "sequential" else ("slice_parallel", "slice_sequential")
+    )
     assert [states[(ran, i)] for i in range(2)] == ["success", "success"]
     assert states[(skipped, -1)] == "skipped"
     after = sorted_rows(catalog.load_table("prod.playback_sessions"))
@@ -156,7 +192,9 @@ def test_serialized_params_are_what_the_api_server_and_form_use(lake: Path) -> N
     from airflow_provider_kappa.job.config import load_config
 
     served = DagSerialization.from_dict(DagSerialization.to_dict(load_dag())).params
-    schemas = param_schemas(load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml"))
+    schemas = param_schemas(
+        load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml")
+    )
     for name, schema in schemas.items():
         param = served.get_param(name)
         assert param.schema == {k: v for k, v in schema.items() if k not in ("default", "description")}
@@ -182,7 +220,9 @@ def test_a_failed_sequential_slice_stops_the_slices_after_it(
 
     seed_sessions_incident(catalog)
     path = write_job_config(tmp_path, catalog_props)
-    path.write_text(path.read_text().replace(str(REPO / "airflow_provider_kappa" / "examples"), str(tmp_path / "broken")))
+    path.write_text(
+        path.read_text().replace(str(REPO / "airflow_provider_kappa" / "examples"), str(tmp_path / "broken"))
+    )
     app = tmp_path / "broken" / "playback_sessions" / "playback_sessions.py"
     app.parent.mkdir(parents=True)
     app.write_text('raise SystemExit("kappa test: this job fails on purpose")\n')
@@ -204,7 +244,10 @@ def test_a_failed_sequential_slice_stops_the_slices_after_it(
 
 
 def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_asset_event(
-    lake: Path, catalog: Any, airflow_db: None, capfd: pytest.CaptureFixture[str]  # noqa: F811
+    lake: Path,
+    catalog: Any,
+    airflow_db: None,
+    capfd: pytest.CaptureFixture[str],  # noqa: F811
 ) -> None:
     """Scheduled repair (dags/playback_sessions_repair.py, ``@daily``): a run without start and
     end replaces its data interval, the day (the same backfill, same id, as explicit start and
@@ -244,7 +287,9 @@ def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_ass
     assert f"validated and published [{day[0].isoformat()}, {published_end.isoformat()})" in out
     with create_session() as session:
         events = session.scalars(
-            select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(
+            select(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(
                 AssetModel.uri == "iceberg://lake/prod/playback_sessions",
                 AssetEvent.source_dag_id == dag.dag_id,
                 AssetEvent.source_run_id == dr.run_id,

@@ -49,10 +49,30 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Completed
     kappa = Path(sys.executable).parent / "kappa"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     done = subprocess.run(
-        [str(kappa), "demo", "--workdir", str(workdir), "--hours", "2", "--rate", "4", "--landing", "30min",
-         "--jobs", ",".join(JOBS), "--modes", ",".join(MODES), "--concurrency", "2"],
-        capture_output=True, text=True, timeout=1500, env=env, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            str(kappa),
+            "demo",
+            "--workdir",
+            str(workdir),
+            "--hours",
+            "2",
+            "--rate",
+            "4",
+            "--landing",
+            "30min",
+            "--jobs",
+            ",".join(JOBS),
+            "--modes",
+            ",".join(MODES),
+            "--concurrency",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env=env,
+        cwd=tmp_path,
+    )
     return done, workdir
 
 
@@ -138,10 +158,13 @@ def _progress(rows: int, watermark: str) -> dict[str, Any]:
 
 def test_a_no_data_batch_ending_a_sequential_slice_explains_rows_fed_by_events_it_made_late() -> None:
     progress = {
-        "s0000": [_progress(10, "2026-11-01T00:29:58.000Z"), _progress(12, "2026-11-01T00:39:59.000Z"),
-                  _progress(0, "2026-11-01T00:49:56.000Z")],
+        "s0000": [
+            _progress(10, "2026-11-01T00:29:58.000Z"),
+            _progress(12, "2026-11-01T00:39:59.000Z"),
+            _progress(0, "2026-11-01T00:49:56.000Z"),
+        ],
         "s0001": [_progress(11, "2026-11-01T00:49:56.000Z"), _progress(0, "2026-11-01T01:49:58.000Z")],
-    }  # fmt: skip
+    }
     boundaries = nodata_boundaries(progress, "sequential", ["s0000", "s0001"])
     # the last slice's closing batch is live's too (the live run ends with one): not a boundary
     assert boundaries == [{"slice": "s0000", "from": "2026-11-01T00:39:59.000Z", "to": "2026-11-01T00:49:56.000Z"}]
@@ -203,7 +226,9 @@ def test_a_failing_story_fails_the_run_naming_job_and_log_and_stops_the_other(tm
     assert str(failing.log) in message and "the DAG run ended failed" in message
     assert "[4/5] rmi: working" in lines
     assert time.monotonic() - began < 60  # the sleeper was not waited for
-    pids = [int(line.split("(pid ")[1].split(")")[0]) for line in lines if "(pid " in line and "playback_sessions" in line]
+    pids = [
+        int(line.split("(pid ")[1].split(")")[0]) for line in lines if "(pid " in line and "playback_sessions" in line
+    ]
     pids += [int(line.split()[1]) for line in lines if line.startswith("child ")]
     assert len(pids) >= 3, lines  # started, stopping, its child
     assert all(_gone(pid) for pid in pids), lines
@@ -237,23 +262,29 @@ def test_concurrency_below_one_is_refused_before_anything_runs(tmp_path: Path) -
 def test_an_outcome_survives_its_trip_through_the_story_file() -> None:
     from dataclasses import asdict
 
-
     t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
     o = JobOutcome(
-        job="rmi", mode="sequential", seconds=3.5,
+        job="rmi",
+        mode="sequential",
+        seconds=3.5,
         slices=[SliceStat("rmi/sequential/s0000", 10, 2.0, 3, "2026-11-01T00:49:56.000Z")],
-        match_rate=98.7, reference_rows=5, published_rows=4,
+        match_rate=98.7,
+        reference_rows=5,
+        published_rows=4,
         only_live=[{"window_start": t0, "window_end": t0 + timedelta(minutes=5), "attributed_plays": 415, "_count": 1}],
-        hours=[HourCount("2026-11-01 00:00:00+00:00", 5, 4)], state_rows=7,
-        boundaries=[{"slice": "s0000", "from": "a", "to": "b"}], unexplained=0, started=1.0, ended=2.0,
-    )  # fmt: skip
+        hours=[HourCount("2026-11-01 00:00:00+00:00", 5, 4)],
+        state_rows=7,
+        boundaries=[{"slice": "s0000", "from": "a", "to": "b"}],
+        unexplained=0,
+        started=1.0,
+        ended=2.0,
+    )
     back = outcome_from_json(json.loads(json.dumps(asdict(o), default=encode_json), object_hook=decode_json))
     assert back == o
 
 
 def test_the_migrated_airflow_db_is_copied_with_its_write_ahead_log(tmp_path: Path) -> None:
     import sqlite3
-
 
     source = sqlite3.connect(tmp_path / "airflow.db")
     source.execute("pragma journal_mode=wal")
@@ -263,6 +294,8 @@ def test_the_migrated_airflow_db_is_copied_with_its_write_ahead_log(tmp_path: Pa
     assert (tmp_path / "airflow.db-wal").stat().st_size > 0
     copy_sqlite(tmp_path / "airflow.db", tmp_path / "copy.db")
     source.close()
-    assert sqlite3.connect(tmp_path / "copy.db").execute("select dag_id from dag").fetchall() == [("kappa_backfill_rmi",)]
+    assert sqlite3.connect(tmp_path / "copy.db").execute("select dag_id from dag").fetchall() == [
+        ("kappa_backfill_rmi",)
+    ]
     with pytest.raises(KappaError, match="missing; expected the DB that airflow db migrate created"):
         copy_sqlite(tmp_path / "nothing.db", tmp_path / "copy2.db")

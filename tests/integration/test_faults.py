@@ -101,7 +101,13 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     props = {"type": "sql", "uri": f"sqlite:///{folder}/catalog.db", "warehouse": f"file://{folder}/warehouse"}
     catalog = load_catalog_of(props)
     oracle = seed_sessions_incident(catalog, SOURCE, TARGET)
-    return {"folder": folder, "props": props, "catalog": catalog, "oracle": oracle, "config": write_job_config(folder, props)}
+    return {
+        "folder": folder,
+        "props": props,
+        "catalog": catalog,
+        "oracle": oracle,
+        "config": write_job_config(folder, props),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +164,10 @@ class SourceAppender:
     def append(self) -> None:
         m = next(self.minutes)
         table = load_catalog_of(self.props).load_table(SOURCE)
-        append_events(table, [event(900_000 + m, at(0, m), account=9, show=9), event(900_500 + m, at(0, m + 1), account=9, show=9)])
+        append_events(
+            table,
+            [event(900_000 + m, at(0, m), account=9, show=9), event(900_500 + m, at(0, m + 1), account=9, show=9)],
+        )
         self.count += 1
 
 
@@ -329,7 +338,13 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
 
         with numbering:
             n = next(numbers)
-        row = {"account_id": 100 + n, "session_start": at(5, n), "session_end": at(5, n + 5), "plays": 1, "last_play_ts": at(5, n)}
+        row = {
+            "account_id": 100 + n,
+            "session_start": at(5, n),
+            "session_end": at(5, n + 5),
+            "plays": 1,
+            "last_play_ts": at(5, n),
+        }
         load_catalog_of(props).load_table(TARGET).append(pa.Table.from_pylist([row], schema=sessions_arrow()))
         live_rows.append(row)
 
@@ -372,7 +387,9 @@ def expected_with_live(clean: dict[str, Any], faulted: dict[str, Any]) -> list[t
     return sorted(clean["target"] + sorted_rows(live), key=repr)
 
 
-def test_driver_sigkilled_mid_slice_then_the_slice_retried_is_exact(clean: dict[str, Any], faulted: dict[str, Any]) -> None:
+def test_driver_sigkilled_mid_slice_then_the_slice_retried_is_exact(
+    clean: dict[str, Any], faulted: dict[str, Any]
+) -> None:
     # the kill hit a running slice: after its first micro-batch reached staging, before it finished
     assert faulted["killed_pids"], "the driver was never killed"
     assert faulted["staging_commits_at_kill"] >= 1
@@ -385,12 +402,17 @@ def test_driver_sigkilled_mid_slice_then_the_slice_retried_is_exact(clean: dict[
     assert faulted["target"] == expected_with_live(clean, faulted)
 
 
-def test_ingestion_during_the_backfill_is_not_seen(lake: dict[str, Any], clean: dict[str, Any], faulted: dict[str, Any]) -> None:
+def test_ingestion_during_the_backfill_is_not_seen(
+    lake: dict[str, Any], clean: dict[str, Any], faulted: dict[str, Any]
+) -> None:
     catalog = lake["catalog"]
     assert faulted["appends_during_slice"] >= 1  # appended while the slice's spark-submit ran
     assert faulted["source_current"] != clean["pinned"]["backfill-playbacks"]
     account_9 = [r for r in catalog.load_table(SOURCE).scan(row_filter="account_id == 9").to_arrow().to_pylist()]
-    assert account_9 and all(INCIDENT_START - timedelta(minutes=30) <= r["ingestion_ts"] < INCIDENT_END + timedelta(minutes=45) for r in account_9)
+    assert account_9 and all(
+        INCIDENT_START - timedelta(minutes=30) <= r["ingestion_ts"] < INCIDENT_END + timedelta(minutes=45)
+        for r in account_9
+    )
     # the pinned snapshot: same input per slice, same output, no session of account 9
     assert faulted["pinned"] == clean["pinned"]
     assert faulted["s0000"]["rows_read"] == clean["rows_read"]["s0000"]
@@ -414,7 +436,9 @@ def test_snapshot_expiry_during_the_backfill_keeps_the_tagged_snapshot(
     assert catalog.load_table(SOURCE).snapshot_by_id(pinned) is None
 
 
-def test_a_live_writer_appending_during_publish_keeps_every_row_once(clean: dict[str, Any], faulted: dict[str, Any]) -> None:
+def test_a_live_writer_appending_during_publish_keeps_every_row_once(
+    clean: dict[str, Any], faulted: dict[str, Any]
+) -> None:
     live = faulted["live_rows"]
     assert len(live) >= 3  # the injected commit, the writer thread's, and one after publish
     # the live commit made while publish was building its commit is under the published snapshot:
@@ -488,7 +512,9 @@ def test_two_overlapping_backfills_started_together_one_is_refused_and_writes_no
         publishing.publish(loser, planning.plan(loser, current))
     assert sorted_rows(catalog.load_table(TARGET)) == before
     # a backfill of a window that overlaps neither proceeds meanwhile
-    disjoint = Backfill.create(cfg, {**PARAMS, "start": at(4).isoformat(), "end": at(5).isoformat(), "slice": "1h", "tail": "15min"})
+    disjoint = Backfill.create(
+        cfg, {**PARAMS, "start": at(4).isoformat(), "end": at(5).isoformat(), "slice": "1h", "tail": "15min"}
+    )
     snapshot.snapshot(disjoint)
     assert lock_keys(catalog) == sorted([lock_property(winner.id), lock_property(disjoint.id)])
     locks.release(disjoint)
@@ -558,7 +584,9 @@ def test_the_lock_check_and_set_is_atomic_under_a_forced_race(catalog: Any, monk
 
     def take(name: str, start: datetime, end: datetime) -> None:
         try:
-            outcome[name] = take_lock(catalog.load_table(TARGET), f"bf_{name}", "job", start, end, retention=timedelta(hours=1))
+            outcome[name] = take_lock(
+                catalog.load_table(TARGET), f"bf_{name}", "job", start, end, retention=timedelta(hours=1)
+            )
         except BaseException as e:  # noqa: BLE001  (checked below)
             outcome[name] = e
 
@@ -584,7 +612,9 @@ def test_the_lock_check_and_set_is_atomic_under_a_forced_race(catalog: Any, monk
     for n in range(3):  # free races: exactly one of two overlapping takers wins each time
         race({f"x{n}": (at(1), at(3)), f"y{n}": (at(1), at(3))})
         winners = [k for k, v in outcome.items() if not isinstance(v, BaseException)]
-        assert len(winners) == 1 and all(isinstance(v, KappaConcurrencyError) for k, v in outcome.items() if k not in winners), outcome
+        assert len(winners) == 1 and all(
+            isinstance(v, KappaConcurrencyError) for k, v in outcome.items() if k not in winners
+        ), outcome
         assert lock_keys(catalog) == [lock_property(f"bf_{winners[0]}")]
         lock_module.release_lock(catalog.load_table(TARGET), f"bf_{winners[0]}")
 
@@ -595,7 +625,15 @@ def test_a_stale_lock_is_taken_over_and_the_same_backfill_retakes_its_own(
     seed_sessions_incident(catalog, SOURCE, TARGET)
     bf = Backfill.create(load_config(write_job_config(tmp_path, catalog_props)), PARAMS)
     long_ago = datetime.now(timezone.utc) - timedelta(days=8)
-    take_lock(catalog.load_table(TARGET), "bf_abandoned", "playback_sessions", at(2), at(4), retention=timedelta(days=7), now=long_ago)
+    take_lock(
+        catalog.load_table(TARGET),
+        "bf_abandoned",
+        "playback_sessions",
+        at(2),
+        at(4),
+        retention=timedelta(days=7),
+        now=long_ago,
+    )
     with caplog.at_level(logging.WARNING, logger="airflow_provider_kappa.backfill.lock"):
         snapshot.snapshot(bf)
     assert "taking over the stale lock of backfill bf_abandoned" in caplog.text
@@ -622,7 +660,10 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     append_events(raw, [event(i, at(0, 5 * i)) for i in range(12)])  # 00:00 .. 00:55
     append_events(raw, [event(100 + i, at(2, 5 * i)) for i in range(12)])  # 02:00 .. 02:55: nothing in 01:xx
     create_sessions_table(catalog, TARGET)
-    bf = Backfill.create(load_config(write_job_config(tmp_path, catalog_props)), {**PARAMS, "slice": "1h", "max_misalignment_threshold": "15min"})
+    bf = Backfill.create(
+        load_config(write_job_config(tmp_path, catalog_props)),
+        {**PARAMS, "slice": "1h", "max_misalignment_threshold": "15min"},
+    )
     plan = planning.plan(bf, snapshot.snapshot(bf))
     assert [(s.slice_id, s.files) for s in plan.slices] == [("s0000", 1), ("s0001", 0), ("s0002", 1), ("s0003", 0)]
     runs: list[dict[str, Any]] = []
@@ -642,7 +683,10 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     # the launcher handed the slice's reader its scan plan: the pinned snapshot, the files of its read range
     first = runs[0]["plan"]
     assert (first.table, [first.snapshot_id]) == (SOURCE, list(plan.slices[0].snapshot_ids.values()))
-    assert (first.start_micros, first.end_micros) == (to_micros(plan.slices[0].read_start), to_micros(plan.slices[0].read_end))
+    assert (first.start_micros, first.end_micros) == (
+        to_micros(plan.slices[0].read_start),
+        to_micros(plan.slices[0].read_end),
+    )
     assert len(first.spans) == plan.slices[0].files == 1
     began = time.monotonic()
     with caplog.at_level(logging.INFO, logger="airflow_provider_kappa.backfill.steps"):
@@ -654,12 +698,16 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     assert store.done("s0001") == skipped
     # an empty slice creates no staging table (validate and publish count it as zero rows)
     assert not catalog.table_exists(bf.staging_table(bf.cfg.sinks["sessions"], "s0001"))
-    assert bf.staging_table(bf.cfg.sinks["sessions"], "s0001") not in planning.staging_tables(bf, bf.cfg.sinks["sessions"], plan)
+    assert bf.staging_table(bf.cfg.sinks["sessions"], "s0001") not in planning.staging_tables(
+        bf, bf.cfg.sinks["sessions"], plan
+    )
     # the next slice starts from the checkpoint the slice before the empty one left
     assert slice_steps.slice_ready(bf, plan.slices[2])
     slice_steps.run_slice(bf, plan.slices[2], submit_fn=spark_stand_in)
     assert runs[1]["found"] == ["0"]  # what the run of s0000 left, carried over the skipped s0001
-    assert (Path(store.attempt("s0002", store.current_epoch("s0002") or "")) / "offsets" / "0").read_text() == "after run 1"
+    assert (
+        Path(store.attempt("s0002", store.current_epoch("s0002") or "")) / "offsets" / "0"
+    ).read_text() == "after run 1"
     slice_steps.run_slice(bf, plan.slices[3], submit_fn=no_spark)  # the empty last slice
     assert all(store.done(s.slice_id) is not None for s in plan.slices)
 
@@ -683,7 +731,9 @@ print("finished")
     env = {"AIRFLOW_CONN_KAPPA_LOCAL_SPARK": '{"conn_type": "spark", "host": "local[2]"}'}
     import os
 
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+    )
     assert done.returncode == 0, done.stderr
     assert "finished" in done.stdout and "spark-submit output line" not in done.stdout + done.stderr
     assert "spark-submit output line" in log.read_text()

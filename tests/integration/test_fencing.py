@@ -53,8 +53,20 @@ PARAMS = {
     "tail": "30min",
     "max_misalignment_threshold": "1h",
 }
-CLI = ["--start", PARAMS["start"], "--end", PARAMS["end"], "--slice", "2h", "--warmup", "30min", "--tail", "30min",
-       "--max-misalignment", "1h"]  # fmt: skip
+CLI = [
+    "--start",
+    PARAMS["start"],
+    "--end",
+    PARAMS["end"],
+    "--slice",
+    "2h",
+    "--warmup",
+    "30min",
+    "--tail",
+    "30min",
+    "--max-misalignment",
+    "1h",
+]
 EXAMPLE_APP = REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "playback_sessions.py"
 HOLD_ENV = "KAPPA_TEST_HOLD"
 HELD_APP = f'''
@@ -126,7 +138,9 @@ def expected_window(oracle: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture()
-def held(tmp_path: Path, catalog_props: dict[str, str], catalog: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+def held(
+    tmp_path: Path, catalog_props: dict[str, str], catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, Any]]:
     """The lake, a job config whose application is :data:`HELD_APP`, and the hold folder (the first
     micro-batch of the first run held: ``hold-early``)."""
     oracle = seed_sessions_incident(catalog, "raw.playbacks", TARGET)
@@ -190,7 +204,9 @@ def survivors(procs: dict[int, float], timeout: float = 30.0) -> list[str]:
     return described
 
 
-def test_a_retry_fences_out_the_old_run_still_running_its_micro_batch(held: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_retry_fences_out_the_old_run_still_running_its_micro_batch(
+    held: dict[str, Any], capfd: pytest.CaptureFixture[str]
+) -> None:
     """Attempt 1 (its launcher alive, in a thread) is held in the commit of its first micro-batch with
     output (files written, nothing committed); the retry clears the slice and is held in its first
     micro-batch; attempt 1, released, tries to commit into the retry's staging table: refused, and its
@@ -260,10 +276,16 @@ def test_kappa_backfill_sigkilled_leaves_no_spark_process_and_no_catalogs_file(h
     (held["folder"] / "tmp").mkdir()
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "kappa"), "backfill", "--config", str(held["config"]), *CLI],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
-        wait_for(lambda: (held["hold"] / "held-early").exists() or proc.poll() is not None, "the slice to hold its first micro-batch")
+        wait_for(
+            lambda: (held["hold"] / "held-early").exists() or proc.poll() is not None,
+            "the slice to hold its first micro-batch",
+        )
         assert proc.poll() is None
         tree = descendants(proc.pid)
         assert len(tree) >= 2, tree  # spark-submit (its JVM) and the job's Python processes
@@ -358,7 +380,10 @@ def test_on_kill_of_a_connect_slice_stops_its_query_inside_the_server(
 
     thread = threading.Thread(target=attempt, daemon=True)
     thread.start()
-    wait_for(lambda: (held["hold"] / "held-early").exists() or not thread.is_alive(), "the session's query to hold its micro-batch")
+    wait_for(
+        lambda: (held["hold"] / "held-early").exists() or not thread.is_alive(),
+        "the session's query to hold its micro-batch",
+    )
     assert thread.is_alive(), run
     session = store.session(sp.slice_id)
     assert session is not None
@@ -384,5 +409,9 @@ def test_on_kill_of_a_connect_slice_stops_its_query_inside_the_server(
             else:
                 os.environ[key] = value
     time.sleep(3)
-    assert catalog_props and held["catalog"].load_table(bf.staging_table(bf.cfg.sinks["sessions"], sp.slice_id)).current_snapshot() is None
+    assert (
+        catalog_props
+        and held["catalog"].load_table(bf.staging_table(bf.cfg.sinks["sessions"], sp.slice_id)).current_snapshot()
+        is None
+    )
     assert connect_server.alive()  # a session's end never stops the server

@@ -46,15 +46,31 @@ def test_json_keeps_every_field_and_partition_value_type() -> None:
         upper_micros=7,
         spec_id=2,
         partition=(
-            5, "x", None, True, 1.5, b"\x00\xff", Decimal("1.20"), uuid.UUID(int=7),
-            date(2026, 1, 2), datetime(2026, 1, 2, 3, tzinfo=timezone.utc),
-        ),  # fmt: skip
+            5,
+            "x",
+            None,
+            True,
+            1.5,
+            b"\x00\xff",
+            Decimal("1.20"),
+            uuid.UUID(int=7),
+            date(2026, 1, 2),
+            datetime(2026, 1, 2, 3, tzinfo=timezone.utc),
+        ),
         deletes=(DeleteRef("file:///w/d.parquet", "PARQUET"),),
     )
     listed = file_list.FileList(
-        table="raw.e", snapshot_id=9, ingestion_column="ts", start_micros=0, end_micros=None, location="file:///w",
-        spark_schema_json="{}", metadata_json="{}", fields=(("ts", 1, True), ("tags", 2, False)), spans=(span,),
-    )  # fmt: skip
+        table="raw.e",
+        snapshot_id=9,
+        ingestion_column="ts",
+        start_micros=0,
+        end_micros=None,
+        location="file:///w",
+        spark_schema_json="{}",
+        metadata_json="{}",
+        fields=(("ts", 1, True), ("tags", 2, False)),
+        spans=(span,),
+    )
     back = file_list.FileList.from_json(listed.to_json())
     assert back == listed
     assert [type(v) for v in back.spans[0].partition] == [type(v) for v in span.partition]
@@ -73,8 +89,15 @@ def test_a_plan_holds_the_files_of_its_range_and_the_snapshot_schema(catalog: An
     start, end = T0_US + 60 * MIN, T0_US + 2 * HOUR
     files = file_list.build(table, snapshot, "ingestion_ts", start, end)
     assert files.spans == tuple(file_spans(table, snapshot, "ingestion_ts", start, end))
-    assert [s.path for s in files.spans] == [s.path for s in file_spans(table, snapshot, "ingestion_ts", None, None)][1:2]
-    assert (files.table, files.snapshot_id, files.start_micros, files.end_micros) == ("raw.events", snapshot, start, end)
+    assert [s.path for s in files.spans] == [s.path for s in file_spans(table, snapshot, "ingestion_ts", None, None)][
+        1:2
+    ]
+    assert (files.table, files.snapshot_id, files.start_micros, files.end_micros) == (
+        "raw.events",
+        snapshot,
+        start,
+        end,
+    )
     assert "s3" not in files.to_json() and "sqlite" not in files.to_json()  # no catalog property
     # narrowing a wider file list gives what listing the narrow range gives
     wide = file_list.build(table, snapshot, "ingestion_ts", None, None)
@@ -94,7 +117,10 @@ def test_a_reader_given_a_plan_reads_what_planning_reads_without_the_catalog(
     rng = {"read_start_micros": start, "read_end_micros": end, "snapshot_id": snapshot}
     planned = run_query(load(sp, reader_options(catalog_props, "raw.events", **rng)), tmp_path / "ck1")
 
-    plan_file = file_list.write(str(tmp_path / "plans" / "events.json"), file_list.build(table, snapshot, "ingestion_ts", T0_US, T0_US + 3 * HOUR))
+    plan_file = file_list.write(
+        str(tmp_path / "plans" / "events.json"),
+        file_list.build(table, snapshot, "ingestion_ts", T0_US, T0_US + 3 * HOUR),
+    )
     for f in (lake_dir / "warehouse").rglob("*.avro"):
         f.unlink()  # no manifest left to read: only the file list knows the files
     opts = reader_options(unreachable(catalog_props, tmp_path), "raw.events", **rng, plan_file=plan_file)
@@ -106,7 +132,9 @@ def test_a_reader_given_a_plan_reads_what_planning_reads_without_the_catalog(
     assert given.rows() == planned.rows() == expected
     assert given.offsets() == planned.offsets()
     # the job's projection works from the file list too (field ids kept per top-level column)
-    projected = sp.readStream.format("kappa_iceberg").schema("event_id STRING, ingestion_ts TIMESTAMP").options(**opts).load()
+    projected = (
+        sp.readStream.format("kappa_iceberg").schema("event_id STRING, ingestion_ts TIMESTAMP").options(**opts).load()
+    )
     assert run_query(projected, tmp_path / "ck3").rows() == expected
 
 
@@ -123,17 +151,28 @@ def test_aligned_tables_are_read_from_their_plans(catalog: Any, catalog_props: d
     }
     align = json.dumps(
         [
-            {"catalog": "lake", "table": f"raw.{n}", "ingestion_column": "ingestion_ts", "snapshot_id": snaps[n], "plan_file": lists[n]}
+            {
+                "catalog": "lake",
+                "table": f"raw.{n}",
+                "ingestion_column": "ingestion_ts",
+                "snapshot_id": snaps[n],
+                "plan_file": lists[n],
+            }
             for n in ("impressions", "clicks")
         ]
     )
 
     def ends(props: dict[str, str], listed: bool) -> list[int]:
         opts = reader_options(
-            props, "raw.clicks", read_start_micros=rng[0], read_end_micros=rng[1], snapshot_id=snaps["clicks"],
-            max_misalignment_threshold="1h", align_with=align if listed else json.dumps([{**a, "plan_file": None} for a in json.loads(align)]),
+            props,
+            "raw.clicks",
+            read_start_micros=rng[0],
+            read_end_micros=rng[1],
+            snapshot_id=snaps["clicks"],
+            max_misalignment_threshold="1h",
+            align_with=align if listed else json.dumps([{**a, "plan_file": None} for a in json.loads(align)]),
             **({"plan_file": lists["clicks"]} if listed else {}),
-        )  # fmt: skip
+        )
         reader = KappaIcebergStreamReader(table_spark_schema(opts), opts)
         pos, out = reader.initialOffset(), []
         while (nxt := reader.latestOffset(pos, reader.getDefaultReadLimit())) != pos:
@@ -151,8 +190,12 @@ def test_a_plan_of_another_read_is_refused(catalog: Any, catalog_props: dict[str
     add(table, "a", [5])
     first = table.current_snapshot().snapshot_id
     add(table, "b", [6])
-    plan_file = file_list.write(str(tmp_path / "p.json"), file_list.build(table, first, "ingestion_ts", T0_US, T0_US + HOUR))
-    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, plan_file=plan_file)
+    plan_file = file_list.write(
+        str(tmp_path / "p.json"), file_list.build(table, first, "ingestion_ts", T0_US, T0_US + HOUR)
+    )
+    opts = reader_options(
+        catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, plan_file=plan_file
+    )
     assert table_spark_schema(opts) == table_spark_schema({k: v for k, v in opts.items() if k != "plan_file"})
     cases = [
         ({"snapshot_id": str(table.current_snapshot().snapshot_id)}, rf"snapshot_id is {first} in the file list"),
@@ -169,7 +212,9 @@ def test_a_plan_of_another_read_is_refused(catalog: Any, catalog_props: dict[str
         table_spark_schema(opts | {"mode": "tail"})
 
 
-def test_a_reader_given_a_plan_imports_no_pyiceberg(catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+def test_a_reader_given_a_plan_imports_no_pyiceberg(
+    catalog: Any, catalog_props: dict[str, str], tmp_path: Path
+) -> None:
     """What the file list is for: the driver's Python processes of a slice (schema() and the stream
     reader) skip pyiceberg's imports, the catalog and the manifests."""
     import subprocess
@@ -178,8 +223,12 @@ def test_a_reader_given_a_plan_imports_no_pyiceberg(catalog: Any, catalog_props:
     table = create_events_table(catalog, "raw.events")
     add(table, "a", [5, 40])
     snapshot = table.current_snapshot().snapshot_id
-    plan_file = file_list.write(str(tmp_path / "p.json"), file_list.build(table, snapshot, "ingestion_ts", T0_US, T0_US + HOUR))
-    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, plan_file=plan_file)
+    plan_file = file_list.write(
+        str(tmp_path / "p.json"), file_list.build(table, snapshot, "ingestion_ts", T0_US, T0_US + HOUR)
+    )
+    opts = reader_options(
+        catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, plan_file=plan_file
+    )
     code = (
         "import json, sys\n"
         "from airflow_provider_kappa.spark.source.reader import KappaIcebergStreamReader\n"

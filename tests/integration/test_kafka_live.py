@@ -49,13 +49,22 @@ SCHEMA = "event_id STRING, account_id BIGINT, amount BIGINT, event_ts TIMESTAMP"
 KAPPA = str(Path(sys.executable).parent / "kappa")
 
 
-def write_config(tmp_path: Path, catalog_props: dict[str, str], bootstrap: str, topic: str, connect_url: str | None = None) -> Path:
+def write_config(
+    tmp_path: Path, catalog_props: dict[str, str], bootstrap: str, topic: str, connect_url: str | None = None
+) -> Path:
     """The job's kappa.yaml; ``connect_url``: its backfills' slices run on that Spark Connect server."""
     connect = f"\nconnect: {{url: '{connect_url}'}}" if connect_url else ""
     return write_kafka_job_config(
-        tmp_path, catalog_props, bootstrap, topic, name="kafkalive", schema=SCHEMA, job=JOB,
-        job_keys="live_trigger: 2s" + connect, kafka_keys="starting_offsets: latest",
-    )  # fmt: skip
+        tmp_path,
+        catalog_props,
+        bootstrap,
+        topic,
+        name="kafkalive",
+        schema=SCHEMA,
+        job=JOB,
+        job_keys="live_trigger: 2s" + connect,
+        kafka_keys="starting_offsets: latest",
+    )
 
 
 class Live:
@@ -68,7 +77,10 @@ class Live:
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [KAPPA, "run", "--config", str(self.config)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                [KAPPA, "run", "--config", str(self.config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def alive(self) -> bool:
@@ -236,7 +248,14 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
         n = 100
         # uneven micro-batches: bursts of different sizes, each read by live before the next is produced
         # (so live's watermark has passed the late events of the next one), two of them back to back
-        for count, late, wait in ((3, 0, True), (25, 2, True), (1, 1, False), (40, 0, True), (7, 3, True), (2, 2, True)):
+        for count, late, wait in (
+            (3, 0, True),
+            (25, 2, True),
+            (1, 1, False),
+            (40, 0, True),
+            (7, 3, True),
+            (2, 2, True),
+        ):
             acks += produce(bootstrap, topic, burst(count, n, late=late))
             n += count + late
             if wait:
@@ -246,7 +265,18 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
         # replays the live batches live *started* in its range, so both must start before the window's
         # end (the flush's minute + 1; --tail 0s: the landed data ends there): not in a minute's last 20 s
         into_next_minute_unless(left=20)
-        flush = [(0, now(), {"event_id": "flush", "account_id": 9, "amount": 0, "event_ts": (now() + timedelta(seconds=40)).isoformat()})]
+        flush = [
+            (
+                0,
+                now(),
+                {
+                    "event_id": "flush",
+                    "account_id": 9,
+                    "amount": 0,
+                    "event_ts": (now() + timedelta(seconds=40)).isoformat(),
+                },
+            )
+        ]
         acks += produce(bootstrap, topic, flush)
         wait_for("live catching up", lambda: caught_up(checkpoint, acks, then_one_more=True), live)
     finally:
@@ -273,9 +303,22 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
     last = datetime.fromtimestamp(max(ts for _, _, ts in acks) / 1000, timezone.utc)
     end = last.replace(second=0, microsecond=0) + timedelta(minutes=1)  # the landed data's last 1-min cell
     last_trigger = datetime.fromtimestamp(max(e.end_ms for e in entries) / 1000, timezone.utc)
-    assert last_trigger < end, f"live's closing batch started at {last_trigger}, past the window's end {end}: live too slow"
-    window = ["--start", start.isoformat(), "--end", end.isoformat(), "--slice", "1min", "--max-misalignment", "1min",
-              "--tail", "0s", "--dry-run"]  # fmt: skip
+    assert last_trigger < end, (
+        f"live's closing batch started at {last_trigger}, past the window's end {end}: live too slow"
+    )
+    window = [
+        "--start",
+        start.isoformat(),
+        "--end",
+        end.isoformat(),
+        "--slice",
+        "1min",
+        "--max-misalignment",
+        "1min",
+        "--tail",
+        "0s",
+        "--dry-run",
+    ]
     assert main(["backfill", "--config", str(config), *window, "--ledger"]) == 0, capsys.readouterr().out[-3000:]
     with_ledger_tables, with_ledger = staged(catalog, set())
     # What the backfill replaces is live's output inside its window. Live can emit a row before it: a late
@@ -340,7 +383,18 @@ def test_kafka_live_survives_sigkill_and_a_broker_restart_with_every_event_once(
         time.sleep(5)
         broker.start()  # same ports, same log dirs
         last = burst(20, 55)
-        flush = [(1, now(), {"event_id": "flush", "account_id": 9, "amount": 0, "event_ts": (now() + timedelta(seconds=40)).isoformat()})]
+        flush = [
+            (
+                1,
+                now(),
+                {
+                    "event_id": "flush",
+                    "account_id": 9,
+                    "amount": 0,
+                    "event_ts": (now() + timedelta(seconds=40)).isoformat(),
+                },
+            )
+        ]
         sent += last + flush
         acks += produce(broker.bootstrap_servers, "plays", last + flush)
         wait_for("live after the broker's restart", lambda: caught_up(checkpoint, acks, then_one_more=True), live)
@@ -351,4 +405,7 @@ def test_kafka_live_survives_sigkill_and_a_broker_restart_with_every_event_once(
         broker.stop()
     rows = Counter(rows_of(catalog, "prod.summary"))
     got = Counter({(r[0], r[2], r[3], r[4]): n for r, n in rows.items()})
-    assert max(rows.values()) == 1 and got == expected_windows(sent), (got - expected_windows(sent), expected_windows(sent) - got)
+    assert max(rows.values()) == 1 and got == expected_windows(sent), (
+        got - expected_windows(sent),
+        expected_windows(sent) - got,
+    )

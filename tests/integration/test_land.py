@@ -26,7 +26,9 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 SCHEMA = "event_id STRING, account_id BIGINT, event_ts TIMESTAMP"
 
 
-def write_config(tmp_path: Path, catalog_props: dict[str, str], bootstrap: str, topic: str, *, land: str = "{interval: 2s}") -> Path:
+def write_config(
+    tmp_path: Path, catalog_props: dict[str, str], bootstrap: str, topic: str, *, land: str = "{interval: 2s}"
+) -> Path:
     return write_kafka_job_config(tmp_path, catalog_props, bootstrap, topic, name="landtest", schema=SCHEMA, land=land)
 
 
@@ -35,7 +37,9 @@ def events(start: int, count: int) -> list[tuple[int, datetime, dict[str, Any]]]
     out = []
     for i in range(start, start + count):
         ts = T0 + timedelta(seconds=i)
-        out.append((i % 2, ts, {"event_id": f"e{i}", "account_id": i, "event_ts": (ts - timedelta(seconds=3)).isoformat()}))
+        out.append(
+            (i % 2, ts, {"event_id": f"e{i}", "account_id": i, "event_ts": (ts - timedelta(seconds=3)).isoformat()})
+        )
     return out
 
 
@@ -43,14 +47,20 @@ def landed(catalog: Any) -> list[dict[str, Any]]:
     return sorted(catalog.load_table("raw.events").scan().to_arrow().to_pylist(), key=lambda r: r["event_id"])
 
 
-def check(rows: list[dict[str, Any]], sent: list[tuple[int, datetime, dict[str, Any]]], acks: list[tuple[int, int, int]]) -> None:
+def check(
+    rows: list[dict[str, Any]], sent: list[tuple[int, datetime, dict[str, Any]]], acks: list[tuple[int, int, int]]
+) -> None:
     assert len(rows) == len(sent), (len(rows), len(sent))
     by_id = {r["event_id"]: r for r in rows}
     assert len(by_id) == len(rows), "an event landed twice"
     for (_partition, ts, value), (ack_partition, offset, _) in zip(sent, acks):
         row = by_id[value["event_id"]]
         assert row["ingestion_ts"] == ts, (row, ts)  # the Kafka record timestamp
-        assert (row["kafka_topic"], row["kafka_partition"], row["kafka_offset"]) == (row["kafka_topic"], ack_partition, offset)
+        assert (row["kafka_topic"], row["kafka_partition"], row["kafka_offset"]) == (
+            row["kafka_topic"],
+            ack_partition,
+            offset,
+        )
         assert row["account_id"] == value["account_id"] and row["event_ts"] == ts - timedelta(seconds=3)
 
 
@@ -97,8 +107,10 @@ def test_a_running_landing_lands_per_interval_and_sigterm_stops_it_cleanly(
     log = (tmp_path / "land.log").open("w")
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "kappa"), "land", "--config", str(config)],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while not catalog.table_exists("raw.events") or len(landed(catalog)) < 10:
@@ -151,7 +163,9 @@ def test_a_table_without_the_kafka_columns_is_refused_naming_them(
     catalog.create_namespace("raw")
     catalog.create_table(
         "raw.events",
-        schema=pa.schema([("event_id", pa.string()), ("ingestion_ts", pa.timestamp("us", tz="UTC")), ("kafka_offset", pa.int64())]),
+        schema=pa.schema(
+            [("event_id", pa.string()), ("ingestion_ts", pa.timestamp("us", tz="UTC")), ("kafka_offset", pa.int64())]
+        ),
     )
     config = write_config(tmp_path, catalog_props, "127.0.0.1:9", "t")
     assert main(["land", "--config", str(config), "--available-now"]) == 2
@@ -160,7 +174,9 @@ def test_a_table_without_the_kafka_columns_is_refused_naming_them(
     assert not (tmp_path / "checkpoints").exists()
 
 
-def test_unknown_or_unlandable_sources_are_refused(tmp_path: Path, catalog_props: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_or_unlandable_sources_are_refused(
+    tmp_path: Path, catalog_props: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
     config = write_config(tmp_path, catalog_props, "127.0.0.1:9", "t")
     assert main(["land", "--config", str(config), "--sources", "lake-events"]) == 2
     assert "--sources: 'lake-events' is not a dynamic source" in capsys.readouterr().err

@@ -71,10 +71,13 @@ def run_backfill_dag(tmp_path: Path, config: Path) -> tuple[dict[str, Any], list
     dag_file.write_text(DAG_FILE.format(config=str(config), dag_id=DAG_ID))
     script.write_text(
         RUN_DAG.format(
-            tests=str(tests), integration=str(tests / "integration"), dag_file=str(dag_file), params=PARAMS,
+            tests=str(tests),
+            integration=str(tests / "integration"),
+            dag_file=str(dag_file),
+            params=PARAMS,
             out=str(out),
         )
-    )  # fmt: skip
+    )
     env = {
         **os.environ,
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
@@ -103,13 +106,20 @@ def table_of(dataset: dict[str, Any]) -> str:
 
 
 def test_a_backfill_reports_its_tables_at_their_snapshots_and_parents_its_spark_runs(
-    tmp_path: Path, catalog: Any, catalog_props: dict[str, str], lake_dir: Path, airflow_db: None  # noqa: F811
+    tmp_path: Path,
+    catalog: Any,
+    catalog_props: dict[str, str],
+    lake_dir: Path,
+    airflow_db: None,  # noqa: F811
 ) -> None:
     raw = create_events_table(catalog, SOURCE)
     append_events(raw, [event(i, T0 + timedelta(minutes=10 * i), account=1 + i % 2) for i in range(24)])
     wrong = {"account_id": 9, "session_start": T0 + timedelta(hours=1, minutes=5), "plays": 7}
     create_sessions_table(catalog, TARGET).append(
-        pa.Table.from_pylist([{**wrong, "session_end": wrong["session_start"], "last_play_ts": wrong["session_start"]}], schema=sessions_arrow())
+        pa.Table.from_pylist(
+            [{**wrong, "session_end": wrong["session_start"], "last_play_ts": wrong["session_start"]}],
+            schema=sessions_arrow(),
+        )
     )  # a wrong row in the window: publish replaces it (a commit on the target)
     config = write_job_config(tmp_path, catalog_props, extra_catalog_props={"s3.secret-access-key": PLANTED_SECRET})
 
@@ -121,11 +131,21 @@ def test_a_backfill_reports_its_tables_at_their_snapshots_and_parents_its_spark_
     source = catalog.load_table(SOURCE)
     (tag,) = [name for name in source.refs() if name.startswith("kappa-")]  # the tag pinning its snapshot
     pinned = source.refs()[tag].snapshot_id
-    expected_input = {"namespace": "file", "name": source.location().removeprefix("file://"), "table": SOURCE, "version": str(pinned)}
+    expected_input = {
+        "namespace": "file",
+        "name": source.location().removeprefix("file://"),
+        "table": SOURCE,
+        "version": str(pinned),
+    }
 
     def summary(dataset: dict[str, Any]) -> dict[str, Any]:
         version = dataset["facets"].get("version", {}).get("datasetVersion")
-        return {"namespace": dataset["namespace"], "name": dataset["name"], "table": table_of(dataset), "version": version}
+        return {
+            "namespace": dataset["namespace"],
+            "name": dataset["name"],
+            "table": table_of(dataset),
+            "version": version,
+        }
 
     # snapshot: the source at the snapshot it pinned (and tagged)
     (snap,) = completed(events, "snapshot")
@@ -157,6 +177,10 @@ def test_a_backfill_reports_its_tables_at_their_snapshots_and_parents_its_spark_
     target = catalog.load_table(TARGET)
     assert [summary(d) for d in pub["inputs"]] == [expected_input]
     assert [summary(d) for d in pub["outputs"]] == [
-        {"namespace": "file", "name": target.location().removeprefix("file://"), "table": TARGET,
-         "version": str(target.current_snapshot().snapshot_id)},
-    ]  # fmt: skip
+        {
+            "namespace": "file",
+            "name": target.location().removeprefix("file://"),
+            "table": TARGET,
+            "version": str(target.current_snapshot().snapshot_id),
+        },
+    ]

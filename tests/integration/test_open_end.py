@@ -46,10 +46,25 @@ def at(h: int, m: int = 0) -> Any:
 
 
 EVENTS = [event(700 + i, at(4, 6 * i), account=7, show=7) for i in range(20)] + [
-    event(100 + i, at(5, m), account=a, show=a) for i, (a, m) in enumerate([(1, 20), (1, 22), (1, 24), (2, 41), (2, 43), (3, 57), (3, 59)])
+    event(100 + i, at(5, m), account=a, show=a)
+    for i, (a, m) in enumerate([(1, 20), (1, 22), (1, 24), (2, 41), (2, 43), (3, 57), (3, 59)])
 ]
-ARGV = ["--start", at(5).isoformat(), "--end", at(24).isoformat(), "--slice", "6h", "--warmup", "30min", "--tail", "20min",
-        "--max-misalignment", "1h", "--min-match", "0"]  # fmt: skip
+ARGV = [
+    "--start",
+    at(5).isoformat(),
+    "--end",
+    at(24).isoformat(),
+    "--slice",
+    "6h",
+    "--warmup",
+    "30min",
+    "--tail",
+    "20min",
+    "--max-misalignment",
+    "1h",
+    "--min-match",
+    "0",
+]
 
 
 class LockAtPublish(logging.Handler):
@@ -99,7 +114,11 @@ def lock_at_publish(catalog_props: dict[str, str]) -> Iterator[LockAtPublish]:
 
 
 def test_an_open_end_is_refused_then_published_up_to_what_the_data_closes_through_a_locked_catalog(
-    tmp_path: Path, catalog: Any, catalog_props: dict[str, str], capsys: pytest.CaptureFixture[str], lock_at_publish: LockAtPublish,
+    tmp_path: Path,
+    catalog: Any,
+    catalog_props: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    lock_at_publish: LockAtPublish,
     connect_server: Any,
 ) -> None:
     append_events(create_events_table(catalog, SOURCE), EVENTS)
@@ -109,11 +128,18 @@ def test_an_open_end_is_refused_then_published_up_to_what_the_data_closes_throug
     before = sorted_rows(catalog.load_table(TARGET))
     # the sqlite catalog waits 2 s for a lock held by another connection, then says "database is locked"
     # (its slices run on the session's shared Spark Connect server: the engine is not what this tests)
-    config = write_job_config(tmp_path, {**catalog_props, "uri": catalog_props["uri"] + "?timeout=2"}, engine="connect", connect_url=connect_server.url)
+    config = write_job_config(
+        tmp_path,
+        {**catalog_props, "uri": catalog_props["uri"] + "?timeout=2"},
+        engine="connect",
+        connect_url=connect_server.url,
+    )
 
     # kappa plan (writes nothing) says what the backfill will do with the open end
-    for extra, says in (([], "kappa backfill refuses this window"),
-                        (["--allow-open-end"], "validates and publishes [2026-11-01T05:00:00+00:00, 2026-11-01T05:40:00+00:00)")):
+    for extra, says in (
+        ([], "kappa backfill refuses this window"),
+        (["--allow-open-end"], "validates and publishes [2026-11-01T05:00:00+00:00, 2026-11-01T05:40:00+00:00)"),
+    ):
         assert main(["plan", "--config", str(config), *ARGV, *extra]) == 0
         text = " ".join(capsys.readouterr().out.split())
         assert "past the landed data" in text and says in text, text[-2000:]

@@ -87,18 +87,29 @@ class FakeSparkSubmit:
 
         s = parse_timestamp(start, "x")
         if parse_timestamp(owns[0], "x") <= s < parse_timestamp(owns[1], "x"):
-            row = {"account_id": 1, "session_start": s, "session_end": s + timedelta(minutes=5), "plays": 2, "last_play_ts": s}
+            row = {
+                "account_id": 1,
+                "session_start": s,
+                "session_end": s + timedelta(minutes=5),
+                "plays": 2,
+                "last_play_ts": s,
+            }
             catalog.load_table(write_table).append(pa.Table.from_pylist([row], schema=sessions_arrow()))
         commits = Path(conf["spark.kappa.checkpoint"]) / "sessions" / "commits"
         commits.mkdir(parents=True, exist_ok=True)
         (commits / str(len(list(commits.iterdir())))).write_text(conf["spark.kappa.sink.sessions.slice"])
         events = Path(conf["spark.eventLog.dir"].removeprefix("file://")) / "local-1"
         progress = [
-            {"name": "q", "batchId": b, "batchDuration": 1500, "sink": {"numOutputRows": 1},
-             "sources": [{"description": "PythonMicroBatchStream", "numInputRows": 5}],
-             "eventTime": {"watermark": f"2026-11-01T0{b}:00:00.000Z"}}
+            {
+                "name": "q",
+                "batchId": b,
+                "batchDuration": 1500,
+                "sink": {"numOutputRows": 1},
+                "sources": [{"description": "PythonMicroBatchStream", "numInputRows": 5}],
+                "eventTime": {"watermark": f"2026-11-01T0{b}:00:00.000Z"},
+            }
             for b in (1, 2)
-        ]  # fmt: skip
+        ]
         events.write_text("\n".join(json.dumps({"Event": PROGRESS_EVENT, "progress": p}) for p in progress) + "\n")
 
 
@@ -152,8 +163,10 @@ def test_snapshot_pins_tags_and_reuses_on_rerun(job: Path, catalog: Any) -> None
     ref = table.metadata.refs[first["tag"]]
     assert first["snapshot_ids"] == {"backfill-playbacks": table.current_snapshot().snapshot_id}
     assert (ref.snapshot_id, ref.snapshot_ref_type.value, ref.max_ref_age_ms) == (
-        first["snapshot_ids"]["backfill-playbacks"], "tag", 2 * 86_400_000,
-    )  # fmt: skip
+        first["snapshot_ids"]["backfill-playbacks"],
+        "tag",
+        2 * 86_400_000,
+    )
     assert first["tag"] == f"kappa-{first['backfill_id']}" and first["params"]["mode"] == "sequential"
     append_events(table, [event(99, at(2, 5))])  # ingestion goes on during the backfill
     again = run_op(op)
@@ -170,7 +183,9 @@ def test_snapshot_pins_tags_and_reuses_on_rerun(job: Path, catalog: Any) -> None
         ({"sources": ["clicks"]}, "unknown source(s) ['clicks']"),
     ],
 )
-def test_snapshot_fails_fast_on_bad_parameters_and_writes_nothing(job: Path, catalog: Any, change: dict[str, Any], reason: str) -> None:
+def test_snapshot_fails_fast_on_bad_parameters_and_writes_nothing(
+    job: Path, catalog: Any, change: dict[str, Any], reason: str
+) -> None:
     op = KappaSnapshotOperator(task_id="snapshot", config_path=str(job))
     with pytest.raises(AirflowFailException) as err:
         run_op(op, {**PARAMS, **change})
@@ -178,16 +193,23 @@ def test_snapshot_fails_fast_on_bad_parameters_and_writes_nothing(job: Path, cat
     assert not [r for r in catalog.load_table("raw.playbacks").metadata.refs if r.startswith("kappa-")]
 
 
-def test_snapshot_refuses_a_missing_target_or_application_without_retry_and_writes_nothing(job: Path, catalog: Any) -> None:
+def test_snapshot_refuses_a_missing_target_or_application_without_retry_and_writes_nothing(
+    job: Path, catalog: Any
+) -> None:
     catalog.drop_table(TARGET)
     op = KappaSnapshotOperator(task_id="snapshot", config_path=str(job))
-    with pytest.raises(AirflowFailException, match=r"snapshot: inputs: KappaSinkError: sink sessions: target .*prod.playback_sessions"):
+    with pytest.raises(
+        AirflowFailException, match=r"snapshot: inputs: KappaSinkError: sink sessions: target .*prod.playback_sessions"
+    ):
         run_op(op)
     create_sessions_table(catalog, TARGET)
     cfg = yaml.safe_load(job.read_text())
     cfg["job"]["application"] = str(job.parent / "missing_job.py")
     job.write_text(yaml.safe_dump(cfg))
-    with pytest.raises(AirflowFailException, match=r"snapshot: inputs: KappaConfigError: job.application: .*missing_job.py' does not exist"):
+    with pytest.raises(
+        AirflowFailException,
+        match=r"snapshot: inputs: KappaConfigError: job.application: .*missing_job.py' does not exist",
+    ):
         run_op(op)
     assert not [r for r in catalog.load_table("raw.playbacks").metadata.refs if r.startswith("kappa-")]
     assert not [k for k in catalog.load_table(TARGET).properties if k.startswith("kappa.backfill.lock.")]
@@ -199,7 +221,9 @@ def test_snapshot_refused_by_an_overlapping_backfill_fails_without_retry(job: Pa
         f"kappa.backfill.lock.{first['backfill_id']}"
     ]
     overlapping = {**PARAMS, "start": at(2).isoformat(), "end": at(3, 30).isoformat()}
-    with pytest.raises(AirflowFailException, match=rf"KappaConcurrencyError: .*locked by running backfill {first['backfill_id']}"):
+    with pytest.raises(
+        AirflowFailException, match=rf"KappaConcurrencyError: .*locked by running backfill {first['backfill_id']}"
+    ):
         run_op(KappaSnapshotOperator(task_id="snapshot", config_path=str(job)), overlapping)
 
 
@@ -223,7 +247,11 @@ def test_plan_returns_json_slices_and_checks_its_snapshot(job: Path) -> None:
 
 
 def test_plan_refuses_a_window_outside_the_data(job: Path) -> None:
-    params = {**PARAMS, "start": (at(0) - timedelta(hours=6)).isoformat(), "end": (at(0) - timedelta(hours=4)).isoformat()}
+    params = {
+        **PARAMS,
+        "start": (at(0) - timedelta(hours=6)).isoformat(),
+        "end": (at(0) - timedelta(hours=4)).isoformat(),
+    }
     snap = run_op(KappaSnapshotOperator(task_id="snapshot", config_path=str(job)), params)
     with pytest.raises(AirflowFailException, match="is outside the tables' data"):
         run_op(KappaPlanOperator(task_id="plan", config_path=str(job), snapshot=snap), params)
@@ -255,7 +283,9 @@ def slice_op(job: Path, sp: dict[str, Any]) -> KappaSliceRunOperator:
     return KappaSliceRunOperator(task_id="slice_sequential", config_path=str(job), slice_plan=sp)
 
 
-def test_sequential_slices_share_a_checkpoint_kept_at_each_boundary(job: Path, catalog: Any, fake_spark: FakeSparkSubmit) -> None:
+def test_sequential_slices_share_a_checkpoint_kept_at_each_boundary(
+    job: Path, catalog: Any, fake_spark: FakeSparkSubmit
+) -> None:
     from airflow_provider_kappa.job.checkpoints import CheckpointStore
 
     slices = planned(job)
@@ -269,14 +299,23 @@ def test_sequential_slices_share_a_checkpoint_kept_at_each_boundary(job: Path, c
         return sorted(p.read_text() for p in folder.iterdir())
 
     first = run_op(slice_op(job, slices[0]))
-    assert (first["rows_read"], first["batches"], first["rows_written"], first["watermark"]) == (10, 2, 2, "2026-11-01T02:00:00.000Z")
-    assert fake_spark.calls[0]["conf"]["spark.kappa.checkpoint"] == store.attempt("s0000", store.current_epoch("s0000") or "")
+    assert (first["rows_read"], first["batches"], first["rows_written"], first["watermark"]) == (
+        10,
+        2,
+        2,
+        "2026-11-01T02:00:00.000Z",
+    )
+    assert fake_spark.calls[0]["conf"]["spark.kappa.checkpoint"] == store.attempt(
+        "s0000", store.current_epoch("s0000") or ""
+    )
     assert (root / "boundaries" / "s0001" / "_KAPPA_BOUNDARY").exists()
     run_op(slice_op(job, slices[1]))
     run_op(slice_op(job, slices[2]))
     assert commits("s0002") == ["s0000", "s0001", "s0002"]  # the state flowed slice to slice
     # clearing slice 1 reruns it from the checkpoint kept at its start, with its staging emptied
-    staging = catalog.load_table(f"kappa_staging.{[t for t in catalog.list_tables('kappa_staging') if t[1].endswith('s0001')][0][1]}")
+    staging = catalog.load_table(
+        f"kappa_staging.{[t for t in catalog.list_tables('kappa_staging') if t[1].endswith('s0001')][0][1]}"
+    )
     before = sorted_rows(staging)
     epoch = store.current_epoch("s0001")
     run_op(slice_op(job, slices[1]))
@@ -288,7 +327,9 @@ def test_sequential_slices_share_a_checkpoint_kept_at_each_boundary(job: Path, c
     assert commits("s0002") == ["s0000", "s0001", "s0002"]
 
 
-def test_a_sequential_slice_waits_for_the_one_before_and_fails_if_it_failed(job: Path, fake_spark: FakeSparkSubmit) -> None:
+def test_a_sequential_slice_waits_for_the_one_before_and_fails_if_it_failed(
+    job: Path, fake_spark: FakeSparkSubmit
+) -> None:
     slices = planned(job)
     op = slice_op(job, slices[2])
     with pytest.raises(AirflowRescheduleException):
@@ -298,7 +339,9 @@ def test_a_sequential_slice_waits_for_the_one_before_and_fails_if_it_failed(job:
     assert fake_spark.calls == []
 
 
-def test_credentials_stay_in_the_0600_catalogs_file(job: Path, fake_spark: FakeSparkSubmit, caplog: pytest.LogCaptureFixture) -> None:
+def test_credentials_stay_in_the_0600_catalogs_file(
+    job: Path, fake_spark: FakeSparkSubmit, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     slices = planned(job)
     xcom = run_op(slice_op(job, slices[0]))
@@ -316,19 +359,24 @@ def test_parallel_slices_get_fresh_own_checkpoints(job: Path, fake_spark: FakeSp
     params = {**PARAMS, "mode": "parallel"}
     slices = planned(job, params)
     assert [(s["owns_start"], s["owns_end"]) for s in slices] == [
-        (at(1).isoformat(), at(2).isoformat()), (at(2).isoformat(), at(3).isoformat()),
-    ]  # fmt: skip
+        (at(1).isoformat(), at(2).isoformat()),
+        (at(2).isoformat(), at(3).isoformat()),
+    ]
     op = KappaSliceRunOperator(task_id="slice_parallel", config_path=str(job), slice_plan=slices[1])
     run_op(op, params)
     run_op(op, params)
     first, own = (Path(c["conf"]["spark.kappa.checkpoint"]) for c in fake_spark.calls)
-    assert own.parent.name == "s0001" and own.parent.parent.name == "attempts" and own != first  # a fresh folder per attempt
+    assert (
+        own.parent.name == "s0001" and own.parent.parent.name == "attempts" and own != first
+    )  # a fresh folder per attempt
     assert [p.read_text() for p in (own / "sessions" / "commits").iterdir()] == ["s0001"]  # nothing of the first run
     assert not first.exists()  # the older attempt's folder is removed when the rerun succeeds
     assert fake_spark.calls[1]["conf"]["spark.kappa.read.start"] == at(1, 30).isoformat()
 
 
-def test_a_failed_spark_submit_is_retryable_and_leaves_no_done_record(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_spark_submit_is_retryable_and_leaves_no_done_record(
+    job: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = FakeSparkSubmit(fail=True)
     monkeypatch.setattr(SparkSubmitHook, "submit", lambda hook, application="", **kw: fake(hook, application, **kw))
     slices = planned(job)
@@ -343,7 +391,13 @@ def test_validate_gates_and_publish_replaces_the_window(job: Path, catalog: Any,
     import pyarrow as pa
 
     target = catalog.load_table(TARGET)
-    outside = {"account_id": 5, "session_start": at(0, 5), "session_end": at(0, 10), "plays": 1, "last_play_ts": at(0, 5)}
+    outside = {
+        "account_id": 5,
+        "session_start": at(0, 5),
+        "session_end": at(0, 10),
+        "plays": 1,
+        "last_play_ts": at(0, 5),
+    }
     bad = {"account_id": 6, "session_start": at(1, 5), "session_end": at(1, 10), "plays": 9, "last_play_ts": at(1, 5)}
     target.append(pa.Table.from_pylist([outside, bad], schema=sessions_arrow()))
     slices = planned(job)
@@ -366,9 +420,14 @@ def test_validate_gates_and_publish_replaces_the_window(job: Path, catalog: Any,
     result = run_op(publish_op(job, slices, report), outlet_events=events)
     assert (result["sessions"]["rows_deleted"], result["sessions"]["rows_added"]) == (1, 2)
     assert events[asset].extra == {
-        "backfill_id": slices[0]["backfill_id"], "job": "playback_sessions", "sink": "sessions", "table": TARGET,
-        "start": PARAMS["start"], "end": PARAMS["end"], "snapshot_id": catalog.load_table(TARGET).current_snapshot().snapshot_id,
-    }  # fmt: skip
+        "backfill_id": slices[0]["backfill_id"],
+        "job": "playback_sessions",
+        "sink": "sessions",
+        "table": TARGET,
+        "start": PARAMS["start"],
+        "end": PARAMS["end"],
+        "snapshot_id": catalog.load_table(TARGET).current_snapshot().snapshot_id,
+    }
     rows = sorted_rows(catalog.load_table(TARGET))
     assert sorted(r[1] for r in rows if r[0] == 1) == [at(1), at(2)]
     assert tuple(outside.values()) in rows and tuple(bad.values()) not in rows
@@ -393,7 +452,15 @@ def test_template_fields_render(job: Path) -> None:
     )
     assert op.config_path == "{{ params.folder }}/kappa.yaml"  # assigned verbatim, rendered at run time
     op.render_template_fields(
-        {"params": {"folder": str(job.parent), "sid": "s0001", "start": PARAMS["start"], "end": PARAMS["end"], "conn": "spark_x"}}  # type: ignore[arg-type]
+        {
+            "params": {
+                "folder": str(job.parent),
+                "sid": "s0001",
+                "start": PARAMS["start"],
+                "end": PARAMS["end"],
+                "conn": "spark_x",
+            }
+        }  # type: ignore[arg-type]
     )
     assert op.config_path == str(job)
     assert op.slice_plan == {"slice_id": "s0001"}
@@ -409,13 +476,20 @@ def test_progress_is_summed_from_spark_event_log_records(tmp_path: Path) -> None
 
     def record(batch: int, rows: int, out: int, watermark: str, ms: int) -> dict[str, Any]:
         return {
-            "batchDuration": ms, "batchId": batch, "name": "kappa_playback_sessions_sessions",
+            "batchDuration": ms,
+            "batchId": batch,
+            "name": "kappa_playback_sessions_sessions",
             "eventTime": {"max": "2026-11-01T00:39:59.000Z", "watermark": watermark},
             "sink": {"description": "PythonTable", "numOutputRows": out},
-            "sources": [{"description": "PythonMicroBatchStreamWithTriggerAvailableNow", "numInputRows": rows,
-                         "endOffset": '{"pos": 1793493900000000}'}],
+            "sources": [
+                {
+                    "description": "PythonMicroBatchStreamWithTriggerAvailableNow",
+                    "numInputRows": rows,
+                    "endOffset": '{"pos": 1793493900000000}',
+                }
+            ],
             "stateOperators": [{"operatorName": "sessionWindowStateStoreSaveExec", "numRowsTotal": rows * 2}],
-        }  # fmt: skip
+        }
 
     log = tmp_path / "local-1795643662784"
     lines = [

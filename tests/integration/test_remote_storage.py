@@ -50,14 +50,20 @@ def s3_endpoint() -> Iterator[str]:
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the S3 server did not start on port {port} (exit code {server.poll()})") from None
+                    raise RuntimeError(
+                        f"the S3 server did not start on port {port} (exit code {server.poll()})"
+                    ) from None
                 time.sleep(0.2)
         from pyarrow.fs import S3FileSystem
 
         fs = S3FileSystem(
-            endpoint_override=f"127.0.0.1:{port}", scheme="http", access_key="kappa", secret_key="s3cr3t",
-            region="us-east-1", allow_bucket_creation=True,
-        )  # fmt: skip
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            access_key="kappa",
+            secret_key="s3cr3t",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        )
         fs.create_dir(BUCKET)
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -96,7 +102,9 @@ def s3_table(s3_props: dict[str, str]) -> tuple[Any, list[str]]:
     return table, ids
 
 
-def test_the_direct_parquet_read_opens_s3_files_through_the_file_io(s3_table: tuple[Any, list[str]], s3_props: dict[str, str]) -> None:
+def test_the_direct_parquet_read_opens_s3_files_through_the_file_io(
+    s3_table: tuple[Any, list[str]], s3_props: dict[str, str]
+) -> None:
     table, _ = s3_table
     opts = reader_options(s3_props, "raw.events", read_start_micros=T0_US + 10 * MIN, read_end_micros=T0_US + 30 * MIN)
     reader = KappaIcebergStreamReader(table_spark_schema(opts), opts)
@@ -106,8 +114,14 @@ def test_the_direct_parquet_read_opens_s3_files_through_the_file_io(s3_table: tu
     assert spans and all(s.path.startswith(f"s3://{BUCKET}/") for s in spans)
     context = parts[0].context
     assert context.io_properties["s3.endpoint"] == s3_props["s3.endpoint"] and "uri" not in context.io_properties
-    direct = [r for s in spans for r in read_parquet_direct(s.path, context, T0_US + 10 * MIN, T0_US + 30 * MIN).column("event_id").to_pylist()]
-    scanned = table.scan(row_filter=f"ingestion_ts >= '{(T0 + timedelta(minutes=10)).isoformat()}' and ingestion_ts < '{(T0 + timedelta(minutes=30)).isoformat()}'")
+    direct = [
+        r
+        for s in spans
+        for r in read_parquet_direct(s.path, context, T0_US + 10 * MIN, T0_US + 30 * MIN).column("event_id").to_pylist()
+    ]
+    scanned = table.scan(
+        row_filter=f"ingestion_ts >= '{(T0 + timedelta(minutes=10)).isoformat()}' and ingestion_ts < '{(T0 + timedelta(minutes=30)).isoformat()}'"
+    )
     assert sorted(direct) == sorted(scanned.to_arrow().column("event_id").to_pylist())
     assert len(direct) == 10  # minutes 10, 12, ... 18 of the first file and 20 ... 28 of the second
     # the launcher hands a file list over only when the catalog properties give the table's FileIO

@@ -76,7 +76,13 @@ def test_kafka_records_parse_to_landed_columns(spark: Any) -> None:
         "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP",
     )
     rows = parse_kafka_value(kafka_like, src).collect()
-    assert parse_kafka_value(kafka_like, src).columns == ["event_id", "account_id", "show_id", "event_ts", "ingestion_ts"]
+    assert parse_kafka_value(kafka_like, src).columns == [
+        "event_id",
+        "account_id",
+        "show_id",
+        "event_ts",
+        "ingestion_ts",
+    ]
     assert (rows[0].event_id, rows[0].account_id, rows[0].show_id) == ("e1", 7, 3)
     assert rows[0].ingestion_ts == datetime(2026, 11, 1, 0, 0, 2)
 

@@ -28,7 +28,13 @@ SPARK_SCHEMA = "window_start TIMESTAMP, window_end TIMESTAMP, show_id BIGINT, at
 # two input files (one micro-batch each when read file by file); rows before, in and after [T0, T0+2h)
 BATCHES = [
     [summary_row(-5, 9, 9), summary_row(0, 1, 3), summary_row(5, 1, 4), summary_row(30, 2, 1)],
-    [summary_row(60, 2, 7), summary_row(60, 2, 7), summary_row(90, 3, 2), summary_row(115, 3, 5), summary_row(125, 9, 9)],
+    [
+        summary_row(60, 2, 7),
+        summary_row(60, 2, 7),
+        summary_row(90, 3, 2),
+        summary_row(115, 3, 5),
+        summary_row(125, 9, 9),
+    ],
 ]
 ALL_ROWS = [r for b in BATCHES for r in b]
 
@@ -100,8 +106,7 @@ def _run(spark: Any, df: Any, options: dict[str, str], checkpoint: Path) -> Any:
 
 def _kappa_summaries(table: Any) -> list[dict[str, str]]:
     return [
-        {k: v for k, v in s.summary.additional_properties.items() if k.startswith("kappa.")}
-        for s in table.snapshots()
+        {k: v for k, v in s.summary.additional_properties.items() if k.startswith("kappa.")} for s in table.snapshots()
     ]
 
 
@@ -115,13 +120,16 @@ def _live_files(table: Any) -> set[str]:
     return {t.file.file_path for t in table.scan().plan_files()}
 
 
-def test_each_micro_batch_is_one_append_of_real_iceberg_data_files(spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path) -> None:
+def test_each_micro_batch_is_one_append_of_real_iceberg_data_files(
+    spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path
+) -> None:
     create_summary_table(catalog, TARGET)  # partitioned by hour(window_start)
     query = _run(spark, _stream(spark, source_dir), _writer_options(catalog_props, TARGET), tmp_path / "ck")
     table = catalog.load_table(TARGET)
     assert sorted_rows(table) == sorted_rows(summary_table(ALL_ROWS))
     assert _kappa_summaries(table) == [
-        {"kappa.writer-id": "test/summary/abc", "kappa.query-id": str(query.id), "kappa.batch-id": str(b)} for b in range(2)
+        {"kappa.writer-id": "test/summary/abc", "kappa.query-id": str(query.id), "kappa.batch-id": str(b)}
+        for b in range(2)
     ]
     assert [s.summary.operation.value for s in table.snapshots()] == ["append"] * 2
     tasks = list(table.scan().plan_files())
@@ -134,7 +142,9 @@ def test_each_micro_batch_is_one_append_of_real_iceberg_data_files(spark: Any, c
     assert len(list(pruned)) == 1
 
 
-def test_backfill_stamps_slice_and_backfill_id_and_creates_its_staging_table(spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path) -> None:
+def test_backfill_stamps_slice_and_backfill_id_and_creates_its_staging_table(
+    spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path
+) -> None:
     create_summary_table(catalog, TARGET)
     staging = staging_table_name(TARGET, "bf1", "s0")
     options = _writer_options(catalog_props, staging, mode="backfill", slice="s0", backfill_id="bf1")
@@ -150,10 +160,14 @@ def test_a_backfill_may_not_write_its_target(catalog: Any, catalog_props: dict[s
 
     create_summary_table(catalog, TARGET)
     with pytest.raises(KappaSinkError, match="must write to a staging table"):
-        KappaIcebergStreamWriter(StructType.fromDDL(SPARK_SCHEMA), _writer_options(catalog_props, TARGET, mode="backfill"), False)
+        KappaIcebergStreamWriter(
+            StructType.fromDDL(SPARK_SCHEMA), _writer_options(catalog_props, TARGET, mode="backfill"), False
+        )
 
 
-def test_crash_between_iceberg_commit_and_checkpoint_commit_does_not_duplicate(spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path) -> None:
+def test_crash_between_iceberg_commit_and_checkpoint_commit_does_not_duplicate(
+    spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path
+) -> None:
     from pyspark.errors import StreamingQueryException
 
     create_summary_table(catalog, TARGET)
@@ -177,20 +191,28 @@ def test_crash_between_iceberg_commit_and_checkpoint_commit_does_not_duplicate(s
     assert _parquet_files(table) == _live_files(table)  # the replay's own files were deleted
 
 
-def test_a_new_checkpoint_at_the_same_path_is_not_mistaken_for_a_replay(spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path) -> None:
+def test_a_new_checkpoint_at_the_same_path_is_not_mistaken_for_a_replay(
+    spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path
+) -> None:
     import shutil
 
     create_summary_table(catalog, TARGET)
     checkpoint = tmp_path / "ck"
-    first = _run(spark, _stream(spark, source_dir, file_per_batch=False), _writer_options(catalog_props, TARGET), checkpoint)
+    first = _run(
+        spark, _stream(spark, source_dir, file_per_batch=False), _writer_options(catalog_props, TARGET), checkpoint
+    )
     shutil.rmtree(checkpoint)  # same path, same writer id, batch ids restart at 0
-    second = _run(spark, _stream(spark, source_dir, file_per_batch=False), _writer_options(catalog_props, TARGET), checkpoint)
+    second = _run(
+        spark, _stream(spark, source_dir, file_per_batch=False), _writer_options(catalog_props, TARGET), checkpoint
+    )
     assert first.id != second.id
     table = catalog.load_table(TARGET)
     assert sorted_rows(table) == sorted_rows(summary_table(ALL_ROWS + ALL_ROWS))
 
 
-def _slice_conf(catalog_props: dict[str, str], lake: Path, backfill: str, slice_id: str, start: Any, end: Any) -> dict[str, str]:
+def _slice_conf(
+    catalog_props: dict[str, str], lake: Path, backfill: str, slice_id: str, start: Any, end: Any
+) -> dict[str, str]:
     conf = {
         "spark.kappa.mode": "backfill",
         "spark.kappa.job": "summary_job",
@@ -211,7 +233,9 @@ def _slice_conf(catalog_props: dict[str, str], lake: Path, backfill: str, slice_
     return conf
 
 
-def test_slice_reruns_leave_exactly_what_one_clean_run_leaves(spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path, kappa_conf: Any) -> None:
+def test_slice_reruns_leave_exactly_what_one_clean_run_leaves(
+    spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path, kappa_conf: Any
+) -> None:
     """Slices A=[T0, T0+1h) and B=[T0+1h, T0+2h) through write_sink (parallel-mode slices)."""
     import shutil
 
@@ -248,19 +272,27 @@ def test_slice_reruns_leave_exactly_what_one_clean_run_leaves(spark: Any, catalo
         assert sorted_rows(catalog.load_table(name)) == sorted_rows(summary_table(_in(ALL_ROWS, *slices[slice_id])))
 
     result = publish_window(catalog, TARGET, messy, "window_start", T0, T0 + 2 * H)
-    expected = sorted_rows(summary_table(_in(seeded, T0 - 24 * H, T0) + _in(ALL_ROWS, T0, T0 + 2 * H) + _in(seeded, T0 + 2 * H, T0 + 24 * H)))
+    expected = sorted_rows(
+        summary_table(
+            _in(seeded, T0 - 24 * H, T0) + _in(ALL_ROWS, T0, T0 + 2 * H) + _in(seeded, T0 + 2 * H, T0 + 24 * H)
+        )
+    )
     assert sorted_rows(catalog.load_table(TARGET)) == expected
     assert (result.rows_deleted, result.rows_added) == (1, 7)  # (10, 4, 40) out; 0, 5, 30, 60, 60, 90, 115 in
 
 
-def test_schema_mismatch_fails_before_anything_is_written_naming_the_columns(spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path) -> None:
+def test_schema_mismatch_fails_before_anything_is_written_naming_the_columns(
+    spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path
+) -> None:
     from pyspark.sql import functions as F
 
     create_summary_table(catalog, TARGET)
     staging = staging_table_name(TARGET, "bf1", "s0")
     ensure_staging_table(catalog, TARGET, staging)
-    bad = _stream(spark, source_dir).withColumnRenamed("show_id", "show").withColumn(
-        "attributed_plays", F.col("attributed_plays").cast("string")
+    bad = (
+        _stream(spark, source_dir)
+        .withColumnRenamed("show_id", "show")
+        .withColumn("attributed_plays", F.col("attributed_plays").cast("string"))
     )
     options = _writer_options(catalog_props, staging, mode="backfill")
     with pytest.raises(Exception) as info:
@@ -274,8 +306,15 @@ def test_schema_mismatch_fails_before_anything_is_written_naming_the_columns(spa
     assert staged.current_snapshot() is None and _parquet_files(staged) == set()
 
 
-def test_live_mode_creates_a_missing_target_and_complete_mode_is_refused(spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path) -> None:
-    _run(spark, _stream(spark, source_dir, file_per_batch=False), _writer_options(catalog_props, "prod.fresh"), tmp_path / "ck")
+def test_live_mode_creates_a_missing_target_and_complete_mode_is_refused(
+    spark: Any, catalog: Any, catalog_props: dict[str, str], source_dir: Path, tmp_path: Path
+) -> None:
+    _run(
+        spark,
+        _stream(spark, source_dir, file_per_batch=False),
+        _writer_options(catalog_props, "prod.fresh"),
+        tmp_path / "ck",
+    )
     fresh = catalog.load_table("prod.fresh")
     assert [(f.name, str(f.field_type), f.required) for f in fresh.schema().fields] == [
         ("window_start", "timestamptz", False),
@@ -288,7 +327,10 @@ def test_live_mode_creates_a_missing_target_and_complete_mode_is_refused(spark: 
 
     counts = _stream(spark, source_dir).groupBy("window_start").count()
     spark.dataSource.register(KappaIcebergDataSource)
-    refusals = {"complete": "output mode 'complete' \\(overwrite\\) is not supported", "update": "does not support Update mode"}
+    refusals = {
+        "complete": "output mode 'complete' \\(overwrite\\) is not supported",
+        "update": "does not support Update mode",
+    }
     for mode, refusal in refusals.items():
         with pytest.raises(Exception, match=refusal):
             query = (
@@ -303,7 +345,9 @@ def test_live_mode_creates_a_missing_target_and_complete_mode_is_refused(spark: 
     assert not catalog.table_exists("prod.counts")  # refused before the writer touched the catalog
 
 
-def test_writer_abort_deletes_files_and_empty_batches_commit_nothing(catalog: Any, catalog_props: dict[str, str]) -> None:
+def test_writer_abort_deletes_files_and_empty_batches_commit_nothing(
+    catalog: Any, catalog_props: dict[str, str]
+) -> None:
     """The writer's three phases called directly, as Spark calls them (write on executors)."""
     from pyspark.sql.types import StructType
 

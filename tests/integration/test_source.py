@@ -71,9 +71,7 @@ class Run:
         return out
 
 
-def run_query(
-    df: Any, checkpoint: Path, on_batch: Callable[[int], None] | None = None, run: Run | None = None
-) -> Run:
+def run_query(df: Any, checkpoint: Path, on_batch: Callable[[int], None] | None = None, run: Run | None = None) -> Run:
     from pyspark.sql import functions as F
 
     run = run or Run()
@@ -84,7 +82,12 @@ def run_query(
         rows = batch.select("event_id", (F.unix_micros("ingestion_ts")).alias("us")).collect()
         run.batches[batch_id] = [(r.event_id, r.us) for r in rows]  # a replayed batch replaces itself
 
-    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         assert query.awaitTermination(120), "availableNow query did not terminate"
     finally:
@@ -110,7 +113,9 @@ def test_bounded_read_gives_every_row_in_range_once_in_grid_batches(
     start, end = T0_US + 10 * MIN, T0_US + 430 * MIN
     snapshot = table.current_snapshot().snapshot_id
     add(table, "late", [50, 60])  # after the pinned snapshot: never seen
-    opts = reader_options(catalog_props, "raw.events", read_start_micros=start, read_end_micros=end, snapshot_id=snapshot)
+    opts = reader_options(
+        catalog_props, "raw.events", read_start_micros=start, read_end_micros=end, snapshot_id=snapshot
+    )
 
     def drop_manifests(batch_id: int) -> None:
         if batch_id == 0:  # the query has planned: no later batch may need a manifest
@@ -119,7 +124,9 @@ def test_bounded_read_gives_every_row_in_range_once_in_grid_batches(
 
     run = run_query(load(sp, opts), tmp_path / "ck", drop_manifests)
 
-    expected = Counter(i for i in ids if not i.startswith("late") and start <= T0_US + float(i.split("-")[1]) * MIN < end)
+    expected = Counter(
+        i for i in ids if not i.startswith("late") and start <= T0_US + float(i.split("-")[1]) * MIN < end
+    )
     assert run.rows() == expected
     # one batch per 30-minute grid cell holding data: [10,30) [30,60) [60,90), then the empty
     # stretch up to 390 is folded into the batch of the cell [390,420): 4 batches, not 14; the
@@ -141,10 +148,15 @@ def _two_skewed_tables(catalog: Any) -> tuple[list[str], list[str]]:
     return big_ids, small_ids
 
 
-def test_aligned_sources_share_every_batch_end(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+def test_aligned_sources_share_every_batch_end(
+    sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path
+) -> None:
     big_ids, small_ids = _two_skewed_tables(catalog)
     align = json.dumps(
-        [{"catalog": "lake", "table": t, "ingestion_column": "ingestion_ts", "snapshot_id": None} for t in ("raw.impressions", "raw.playbacks")]
+        [
+            {"catalog": "lake", "table": t, "ingestion_column": "ingestion_ts", "snapshot_id": None}
+            for t in ("raw.impressions", "raw.playbacks")
+        ]
     )
     rng = {"read_start_micros": T0_US, "read_end_micros": T0_US + 5 * HOUR, "max_misalignment_threshold": "1h"}
 
@@ -169,12 +181,16 @@ def test_aligned_sources_share_every_batch_end(sp: Any, catalog: Any, catalog_pr
     assert max(abs(a[i][1] - b[i][1]) for i in a) > HOUR
 
 
-def test_restarts_resume_without_loss_or_duplicates(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+def test_restarts_resume_without_loss_or_duplicates(
+    sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path
+) -> None:
     table = create_events_table(catalog, "raw.events")
     ids = add(table, "a", [1, 25, 35, 50, 65, 80, 95, 110])
     snapshot = table.current_snapshot().snapshot_id
     checkpoint = tmp_path / "shared"
-    first = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, snapshot_id=snapshot)
+    first = reader_options(
+        catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, snapshot_id=snapshot
+    )
     run = Run()  # a replayed batch id replaces what it wrote before, as an idempotent sink does
 
     def crash_once(batch_id: int) -> None:
@@ -198,10 +214,14 @@ def test_restarts_resume_without_loss_or_duplicates(sp: Any, catalog: Any, catal
     assert run2.offsets()[2] == (T0_US + HOUR, T0_US + 90 * MIN)
 
 
-def test_max_files_per_batch_caps_by_whole_files(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+def test_max_files_per_batch_caps_by_whole_files(
+    sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path
+) -> None:
     table = create_events_table(catalog, "raw.events")
     ids = add(table, "a", [1, 2]) + add(table, "b", [5, 7]) + add(table, "c", [12, 40])
-    opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, max_files_per_batch=1)
+    opts = reader_options(
+        catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR, max_files_per_batch=1
+    )
 
     run = run_query(load(sp, opts), tmp_path / "ck")
 
@@ -211,7 +231,9 @@ def test_max_files_per_batch_caps_by_whole_files(sp: Any, catalog: Any, catalog_
     assert sorted(e for _, e in run.offsets().values()) == [T0_US + m * MIN for m in (5, 12, 30, 60)]
 
 
-def test_tail_mode_follows_new_snapshots_including_late_rows(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+def test_tail_mode_follows_new_snapshots_including_late_rows(
+    sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path
+) -> None:
     table = create_events_table(catalog, "raw.events")
     ids = add(table, "a", [1, 2])
     opts = reader_options(catalog_props, "raw.events", mode="tail")
@@ -221,8 +243,11 @@ def test_tail_mode_follows_new_snapshots_including_late_rows(sp: Any, catalog: A
         seen.extend(r.event_id for r in batch.select("event_id").collect())
 
     query = (
-        load(sp, opts).writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(processingTime="1 second").start()
+        load(sp, opts)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="1 second")
+        .start()
     )
     try:
         query.processAllAvailable()
@@ -283,7 +308,9 @@ def test_missing_table_fails_at_load(sp: Any, catalog: Any, catalog_props: dict[
         ({"mode": "replay"}, r"option mode='replay'; allowed: \['bounded', 'tail'\]"),
     ],
 )
-def test_schema_errors_name_the_thing(catalog: Any, catalog_props: dict[str, str], change: dict[str, str], match: str) -> None:
+def test_schema_errors_name_the_thing(
+    catalog: Any, catalog_props: dict[str, str], change: dict[str, str], match: str
+) -> None:
     # table_spark_schema is what KappaIcebergDataSource.schema() calls when the job loads the stream
     table = create_events_table(catalog, "raw.events")
     add(table, "a", [1])
@@ -292,7 +319,9 @@ def test_schema_errors_name_the_thing(catalog: Any, catalog_props: dict[str, str
         table_spark_schema(opts)
 
 
-def test_job_schema_not_matching_the_table_fails_the_query(sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path) -> None:
+def test_job_schema_not_matching_the_table_fails_the_query(
+    sp: Any, catalog: Any, catalog_props: dict[str, str], tmp_path: Path
+) -> None:
     table = create_events_table(catalog, "raw.events")
     add(table, "a", [1])
     opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR)
@@ -301,7 +330,9 @@ def test_job_schema_not_matching_the_table_fails_the_query(sp: Any, catalog: Any
         run_query(df, tmp_path / "ck")
 
 
-def test_direct_parquet_read_gives_exactly_the_rows_of_a_pyiceberg_scan(catalog: Any, catalog_props: dict[str, str]) -> None:
+def test_direct_parquet_read_gives_exactly_the_rows_of_a_pyiceberg_scan(
+    catalog: Any, catalog_props: dict[str, str]
+) -> None:
     """The executor's pyarrow-only read (row groups pruned by statistics, range filter, columns
     by field id) returns the rows pyiceberg's own scan returns, batch by batch; files it cannot
     read that way (a column added after they were written) fall back to pyiceberg."""
@@ -330,7 +361,9 @@ def test_direct_parquet_read_gives_exactly_the_rows_of_a_pyiceberg_scan(catalog:
     table.append(arrow)
     start, end = T0_US + 2 * MIN, T0_US + 62 * MIN
 
-    def read_all(columns: list[str]) -> tuple[list[list[tuple[Any, ...]]], list[list[tuple[Any, ...]]], KappaIcebergStreamReader]:
+    def read_all(
+        columns: list[str],
+    ) -> tuple[list[list[tuple[Any, ...]]], list[list[tuple[Any, ...]]], KappaIcebergStreamReader]:
         opts = reader_options(catalog_props, "raw.events", read_start_micros=start, read_end_micros=end)
         full = table_spark_schema(opts)
         schema = StructType([f for f in full.fields if f.name in columns])
@@ -383,11 +416,16 @@ def test_make_partitions_balances_in_range_bytes_and_keeps_every_file_once_in_or
     def span(i: int, lo: float, hi: float) -> FileSpan:
         return FileSpan(f"f{i:02d}", "PARQUET", 1000, 1000, int(lo * MIN), int(hi * MIN))
 
-    straddlers = [span(i, 96 + i, 100.9 + i) for i in range(4)]  # files of the previous cell: 18% to 80% of their range inside
+    straddlers = [
+        span(i, 96 + i, 100.9 + i) for i in range(4)
+    ]  # files of the previous cell: 18% to 80% of their range inside
     inside = [span(4 + i, 100 + i, 100.99 + i) for i in range(15)]  # one file per minute of the cell
     spans = straddlers + inside
     assert in_range_bytes(straddlers[0], a, b) < 200 and in_range_bytes(inside[0], a, b) == 1000
-    assert in_range_bytes(span(99, 90, 95), a, b) == 1 and in_range_bytes(FileSpan("u", "PARQUET", 1, 500, None, None), a, b) == 500
+    assert (
+        in_range_bytes(span(99, 90, 95), a, b) == 1
+        and in_range_bytes(FileSpan("u", "PARQUET", 1, 500, None, None), a, b) == 500
+    )
     parts = make_partitions(spans, a, b, ctx, 2, 64 << 20)
     assert [s for p in parts for s in p.files] == spans
     assert len(parts) == 2 and all(p.start_micros == a and p.end_micros == b for p in parts)

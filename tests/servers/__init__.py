@@ -206,7 +206,9 @@ def wait_until(
         dead = [s for s in servers if not s.alive()]
         if dead:
             logs = "\n".join(s.describe() for s in servers)
-            raise DeploymentError(f"while waiting for {what}: {', '.join(s.name for s in dead)} died\n{logs}") from last_error
+            raise DeploymentError(
+                f"while waiting for {what}: {', '.join(s.name for s in dead)} died\n{logs}"
+            ) from last_error
         if time.monotonic() >= deadline:
             logs = "\n".join(s.describe() for s in servers)
             hint = f" (last error: {last_error!r})" if last_error else ""

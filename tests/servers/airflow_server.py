@@ -129,8 +129,13 @@ class AirflowDeployment:
             try:
                 done = subprocess.run(
                     [str(VENV_BIN / "airflow"), "db", "migrate"],
-                    env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    timeout=timeout, start_new_session=True, check=False,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    timeout=timeout,
+                    start_new_session=True,
+                    check=False,
                 )
             except subprocess.TimeoutExpired as e:
                 raise DeploymentTimeout(f"airflow db migrate took over {timeout:.0f}s:\n{_tail(migrate_log)}") from e
@@ -143,9 +148,18 @@ class AirflowDeployment:
             ("scheduler", ["scheduler", "--skip-serve-logs"]),  # its log server would bind every interface
             ("dag-processor", ["dag-processor"]),
         ):
-            self.servers.append(ServerProcess(f"airflow {name}", [str(VENV_BIN / "airflow"), *argv], logs / f"{name}.log", env, cwd=self.home))
+            self.servers.append(
+                ServerProcess(
+                    f"airflow {name}", [str(VENV_BIN / "airflow"), *argv], logs / f"{name}.log", env, cwd=self.home
+                )
+            )
         remaining = max(10.0, timeout - (time.monotonic() - t0))
-        wait_until(self._healthy, timeout=remaining, what=f"Airflow at {self.base_url} to report every component healthy", servers=self.servers)
+        wait_until(
+            self._healthy,
+            timeout=remaining,
+            what=f"Airflow at {self.base_url} to report every component healthy",
+            servers=self.servers,
+        )
         self.timings["start_total_s"] = time.monotonic() - t0
         return self
 
@@ -233,7 +247,9 @@ class AirflowClient:
     :param deployment: the deployment (log tails are added to timeout errors).
     """
 
-    def __init__(self, base_url: str, username: str, password: str, deployment: AirflowDeployment | None = None) -> None:
+    def __init__(
+        self, base_url: str, username: str, password: str, deployment: AirflowDeployment | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.deployment = deployment
         self.http = httpx.Client(base_url=self.base_url, timeout=30)
@@ -308,7 +324,9 @@ class AirflowClient:
         return dict(self.request("GET", f"/api/v2/dags/{dag_id}/details").json().get("params") or {})
 
     # -- runs -----------------------------------------------------------------------------
-    def trigger_response(self, dag_id: str, conf: Mapping[str, Any] | None = None, run_id: str | None = None) -> httpx.Response:
+    def trigger_response(
+        self, dag_id: str, conf: Mapping[str, Any] | None = None, run_id: str | None = None
+    ) -> httpx.Response:
         """POST ``/api/v2/dags/{dag_id}/dagRuns`` and return the raw response (any status).
 
         :param dag_id: the DAG.
@@ -416,7 +434,9 @@ class AirflowClient:
             return "\n".join(_log_line(x) for x in content)
         return str(content)
 
-    def xcom_entries(self, dag_id: str, run_id: str, task_id: str, map_index: int | None = None) -> list[dict[str, Any]]:
+    def xcom_entries(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int | None = None
+    ) -> list[dict[str, Any]]:
         """GET the XCom entries of a task instance (keys and values).
 
         :param dag_id: the DAG.
@@ -432,7 +452,9 @@ class AirflowClient:
         out = []
         for entry in entries:
             one = self.request(
-                "GET", f"{path}/{entry['key']}", params={"map_index": entry.get("map_index", -1), "deserialize": "true", "stringify": "false"}
+                "GET",
+                f"{path}/{entry['key']}",
+                params={"map_index": entry.get("map_index", -1), "deserialize": "true", "stringify": "false"},
             ).json()
             out.append(dict(one))
         return out
@@ -485,7 +507,9 @@ def connection_env(conn_id: str, uri_or_json: str) -> dict[str, str]:
 
 def _log_line(item: Any) -> str:
     if isinstance(item, dict):
-        return str(item.get("event", "")) + "".join(f" {k}={v}" for k, v in item.items() if k not in ("event", "timestamp", "level"))
+        return str(item.get("event", "")) + "".join(
+            f" {k}={v}" for k, v in item.items() if k not in ("event", "timestamp", "level")
+        )
     return str(item)
 
 

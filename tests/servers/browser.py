@@ -92,7 +92,9 @@ class CdpSession:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise DeploymentTimeout(f"no DevTools reply to {method} within {timeout:.0f}s\n{self.browser.process.describe()}")
+                raise DeploymentTimeout(
+                    f"no DevTools reply to {method} within {timeout:.0f}s\n{self.browser.process.describe()}"
+                )
             try:
                 raw = self.ws.recv(timeout=remaining)
             except TimeoutError:
@@ -139,7 +141,11 @@ class Page:
         reply = self.cdp.send("Page.navigate", {"url": url}, timeout=timeout)
         if reply.get("errorText"):
             raise DeploymentError(f"navigation to {url} failed: {reply['errorText']}")
-        self.wait_for("document.readyState === 'complete' && location.href !== 'about:blank'", timeout=timeout, what=f"{url} to load")
+        self.wait_for(
+            "document.readyState === 'complete' && location.href !== 'about:blank'",
+            timeout=timeout,
+            what=f"{url} to load",
+        )
 
     def wait_for(self, predicate_js: str, *, timeout: float = 60.0, what: str) -> Any:
         """Poll a JavaScript predicate until it is truthy; return its value.
@@ -149,7 +155,13 @@ class Page:
         :param what: what is awaited, for the error.
         """
         try:
-            return wait_until(lambda: self.evaluate(predicate_js) or None, timeout=timeout, what=what, servers=[self.cdp.browser.process], interval=0.3)
+            return wait_until(
+                lambda: self.evaluate(predicate_js) or None,
+                timeout=timeout,
+                what=what,
+                servers=[self.cdp.browser.process],
+                interval=0.3,
+            )
         except DeploymentTimeout as e:
             raise DeploymentTimeout(f"{e}\npage {self.url()}:\n{self.text()[:3000]}") from e
 
@@ -159,7 +171,11 @@ class Page:
         :param text: the text.
         :param timeout: seconds.
         """
-        self.wait_for(f"document.body && document.body.innerText.includes({json.dumps(text)})", timeout=timeout, what=f"text {text!r}")
+        self.wait_for(
+            f"document.body && document.body.innerText.includes({json.dumps(text)})",
+            timeout=timeout,
+            what=f"text {text!r}",
+        )
 
     def url(self) -> str:
         """The page's current address."""
@@ -280,9 +296,7 @@ class Page:
             raise DeploymentError(f"nothing to click for {selector!r} on {self.url()}:\n{self.text()[:2000]}")
         x, y = box
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            self.cdp.send(
-                "Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}
-            )
+            self.cdp.send("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1})
 
     def screenshot(self, path: Path, *, full_page: bool = True) -> Path:
         """Save a PNG screenshot.
@@ -317,7 +331,13 @@ class Chromium:
         :param timeout: seconds allowed for the endpoint to appear.
         """
         self.profile.mkdir(parents=True, exist_ok=True)
-        argv = [chromium_binary(), *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", f"--window-size={self.window[0]},{self.window[1]}", "about:blank"]
+        argv = [
+            chromium_binary(),
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={self.profile}",
+            f"--window-size={self.window[0]},{self.window[1]}",
+            "about:blank",
+        ]
         self.process = ServerProcess("chromium", argv, self.root / "chromium.log", venv_env(), cwd=self.root)
         port_file = self.profile / "DevToolsActivePort"
 
@@ -327,7 +347,9 @@ class Chromium:
                 return f"ws://127.0.0.1:{lines[0].strip()}{lines[1].strip()}"
             return None
 
-        url = wait_until(endpoint, timeout=timeout, what="Chromium's DevTools endpoint", servers=[self.process], interval=0.2)
+        url = wait_until(
+            endpoint, timeout=timeout, what="Chromium's DevTools endpoint", servers=[self.process], interval=0.2
+        )
         self.ws = self._stack.enter_context(connect(url, max_size=64 * 1024 * 1024, open_timeout=timeout))
         return self
 
@@ -342,7 +364,10 @@ class Chromium:
         page.cdp.send("Page.enable")
         page.cdp.send("Runtime.enable")
         width, height = self.window
-        page.cdp.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        page.cdp.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
         return page
 
     def stop(self) -> None:
@@ -379,8 +404,16 @@ def login_airflow(page: Page, base_url: str, username: str, password: str, timeo
     :param timeout: seconds for each step.
     """
     page.navigate(f"{base_url}/")
-    page.wait_for("!!document.querySelector('input[name=username], input#username, input[autocomplete=username]')", timeout=timeout, what="the login form")
+    page.wait_for(
+        "!!document.querySelector('input[name=username], input#username, input[autocomplete=username]')",
+        timeout=timeout,
+        what="the login form",
+    )
     page.fill("input[name=username], input#username, input[autocomplete=username]", username)
     page.fill("input[type=password]", password)
     page.click("button[type=submit]")
-    page.wait_for("!location.pathname.includes('/auth/login') && !document.querySelector('input[type=password]')", timeout=timeout, what="the UI after login")
+    page.wait_for(
+        "!location.pathname.includes('/auth/login') && !document.querySelector('input[type=password]')",
+        timeout=timeout,
+        what="the UI after login",
+    )

@@ -36,7 +36,9 @@ def _run_as() -> list[str]:
     try:
         pwd.getpwnam("postgres")
     except KeyError as e:
-        raise DeploymentError("running as root and there is no 'postgres' user to run PostgreSQL as: apt-get install -y postgresql") from e
+        raise DeploymentError(
+            "running as root and there is no 'postgres' user to run PostgreSQL as: apt-get install -y postgresql"
+        ) from e
     return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
 
 
@@ -102,34 +104,76 @@ def start_postgres(work: Path, timeout: float = 60.0) -> PostgresServer:
         not answer in time (with its log tail).
     """
     if not (PG_BIN / "postgres").exists():
-        raise DeploymentError(f"PostgreSQL is not installed in {PG_BIN}: apt-get install -y postgresql-15 (or set KAPPA_PG_BIN)")
+        raise DeploymentError(
+            f"PostgreSQL is not installed in {PG_BIN}: apt-get install -y postgresql-15 (or set KAPPA_PG_BIN)"
+        )
     prefix = _run_as()
     if prefix:
         shutil.chown(work, "postgres", "postgres")
     data = work / "data"
     init = subprocess.run(
-        [*prefix, str(PG_BIN / "initdb"), "-D", str(data), "-U", USER, "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
-        capture_output=True, text=True, timeout=120, cwd=work,
-    )  # fmt: skip
+        [
+            *prefix,
+            str(PG_BIN / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            USER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=work,
+    )
     if init.returncode != 0:
-        raise DeploymentError(f"initdb {data} failed ({init.returncode}):\n{init.stdout[-2000:]}\n{init.stderr[-2000:]}")
+        raise DeploymentError(
+            f"initdb {data} failed ({init.returncode}):\n{init.stdout[-2000:]}\n{init.stderr[-2000:]}"
+        )
     port = free_port()
     argv = [
-        *prefix, str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-k", str(work),
-        "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-        "-c", "full_page_writes=off", "-c", "max_connections=200",
-    ]  # fmt: skip
+        *prefix,
+        str(PG_BIN / "postgres"),
+        "-D",
+        str(data),
+        "-p",
+        str(port),
+        "-k",
+        str(work),
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        "fsync=off",
+        "-c",
+        "synchronous_commit=off",
+        "-c",
+        "full_page_writes=off",
+        "-c",
+        "max_connections=200",
+    ]
     log = work / "server.log"
     log.touch()
     if prefix:
         shutil.chown(log, "postgres", "postgres")
     process = ServerProcess("postgres", argv, log, dict(os.environ), cwd=work)
     server = PostgresServer(process, port, work)
-    return ready_or_stopped(server, lambda: server.connect().close() is None, what=f"PostgreSQL on 127.0.0.1:{port}", process=process, timeout=timeout)
+    return ready_or_stopped(
+        server,
+        lambda: server.connect().close() is None,
+        what=f"PostgreSQL on 127.0.0.1:{port}",
+        process=process,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[PostgresServer]:
     """A PostgreSQL cluster shared by the tests of one module."""
-    with server_in_tmp("kappa-test-pg-", start_postgres, lambda s: f"PostgreSQL 127.0.0.1:{s.port} (pid {s.pid})") as server:
+    with server_in_tmp(
+        "kappa-test-pg-", start_postgres, lambda s: f"PostgreSQL 127.0.0.1:{s.port} (pid {s.pid})"
+    ) as server:
         yield server

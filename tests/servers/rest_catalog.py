@@ -88,11 +88,15 @@ def start_rest_catalog(work: Path, timeout: float = 90.0) -> RestCatalogServer:
     argv = ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, MAIN_CLASS]
     process = ServerProcess("iceberg-rest-catalog", argv, work / "server.log", env, cwd=work)
     server = RestCatalogServer(process, port, warehouse)
-    return ready_or_stopped(server, lambda: "defaults" in server.config(), what=f"{server.uri}/v1/config", process=process, timeout=timeout)
+    return ready_or_stopped(
+        server, lambda: "defaults" in server.config(), what=f"{server.uri}/v1/config", process=process, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
 def rest_catalog() -> Iterator[RestCatalogServer]:
     """A REST catalog server shared by the tests of one module."""
-    with server_in_tmp("kappa-test-rest-", start_rest_catalog, lambda s: f"Iceberg REST catalog {s.uri} (pid {s.pid})") as server:
+    with server_in_tmp(
+        "kappa-test-rest-", start_rest_catalog, lambda s: f"Iceberg REST catalog {s.uri} (pid {s.pid})"
+    ) as server:
         yield server

@@ -124,11 +124,26 @@ class SparkCluster:
         env = self.env()
         self.master = ServerProcess(
             "spark master",
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-             "--port", str(self.master_port), "--webui-port", str(self.webui_port)],
-            self.root / "logs" / "master.log", env, cwd=self.root,
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.master_port),
+                "--webui-port",
+                str(self.webui_port),
+            ],
+            self.root / "logs" / "master.log",
+            env,
+            cwd=self.root,
         )
-        wait_until(lambda: self.state() is not None, timeout=timeout, what=f"the Spark master web UI at {self.webui_url}/json", servers=[self.master])
+        wait_until(
+            lambda: self.state() is not None,
+            timeout=timeout,
+            what=f"the Spark master web UI at {self.webui_url}/json",
+            servers=[self.master],
+        )
         self.timings["master_s"] = time.monotonic() - t0
         for i in range(self.workers):
             self.worker_procs.append(self._launch_worker(i))
@@ -146,10 +161,24 @@ class SparkCluster:
         self.worker_dir(index).mkdir(parents=True, exist_ok=True)
         return ServerProcess(
             f"spark worker {index}",
-            [str(self.home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-             "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-             "--webui-port", str(free_port()), "--work-dir", str(self.worker_dir(index)), self.master_url],
-            self.root / "logs" / f"worker-{index}.log", self.env(), cwd=self.root,
+            [
+                str(self.home / "bin" / "spark-class"),
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(self.worker_cores),
+                "--memory",
+                self.worker_memory,
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                str(self.worker_dir(index)),
+                self.master_url,
+            ],
+            self.root / "logs" / f"worker-{index}.log",
+            self.env(),
+            cwd=self.root,
         )
 
     def restart_worker(self, index: int, timeout: float = 120.0) -> None:
@@ -162,7 +191,12 @@ class SparkCluster:
             raise DeploymentError(f"spark worker {index} (pid {self.worker_procs[index].pid}) is still running")
         self.worker_procs[index] = self._launch_worker(index)
         servers = [s for s in [self.master, *self.worker_procs] if s is not None]
-        wait_until(lambda: self.alive_workers() >= self.workers, timeout=timeout, what=f"worker {index} registered again", servers=servers)
+        wait_until(
+            lambda: self.alive_workers() >= self.workers,
+            timeout=timeout,
+            what=f"worker {index} registered again",
+            servers=servers,
+        )
 
     def state(self) -> dict[str, Any] | None:
         """The master's ``/json`` state, or None while it does not answer."""
@@ -269,16 +303,19 @@ def packed_venv(folder: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, capture_output=True)
     site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     shutil.copytree(
-        Path(airflow_provider_kappa.__file__).parent, site / "airflow_provider_kappa",
+        Path(airflow_provider_kappa.__file__).parent,
+        site / "airflow_provider_kappa",
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )  # fmt: skip
+    )
     archive = folder / "kappa-env.tar.gz"
     venv_pack.pack(prefix=str(prefix), output=str(archive), verbose=False)
     return archive
 
 
 @contextmanager
-def spark_cluster(root: Path, *, workers: int = 2, worker_cores: int = 1, timeout: float = 120.0) -> Iterator[SparkCluster]:
+def spark_cluster(
+    root: Path, *, workers: int = 2, worker_cores: int = 1, timeout: float = 120.0
+) -> Iterator[SparkCluster]:
     """Start a :class:`SparkCluster`, yield it, and always stop it.
 
     :param root: folder for logs and work dirs.

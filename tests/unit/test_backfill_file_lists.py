@@ -26,7 +26,14 @@ def test_slices_file_lists_are_cut_from_one_backfill_list(
 ) -> None:
     seed_sessions_incident(catalog)
     cfg = load_config(write_job_config(tmp_path, catalog_props))
-    params = {"start": INCIDENT_START.isoformat(), "end": INCIDENT_END.isoformat(), "slice": "1h", "warmup": "30min", "tail": "45min", "mode": mode}
+    params = {
+        "start": INCIDENT_START.isoformat(),
+        "end": INCIDENT_END.isoformat(),
+        "slice": "1h",
+        "warmup": "30min",
+        "tail": "45min",
+        "mode": mode,
+    }
     bf = backfills.Backfill.create(cfg, params)
     plan = planning.plan(bf, snapshot(bf))
     assert len(plan.slices) >= 2
@@ -37,11 +44,19 @@ def test_slices_file_lists_are_cut_from_one_backfill_list(
     assert len(reads) == 1  # manifests read once for the whole backfill
     table = catalog.load_table("raw.playbacks")
     for sp, written in zip(plan.slices, lists):
-        alone = file_list.build(table, sp.snapshot_ids["backfill-playbacks"], "ingestion_ts", to_micros(sp.read_start), to_micros(sp.read_end))
+        alone = file_list.build(
+            table,
+            sp.snapshot_ids["backfill-playbacks"],
+            "ingestion_ts",
+            to_micros(sp.read_start),
+            to_micros(sp.read_end),
+        )
         assert file_list.read(written["backfill-playbacks"]) == alone
     # a rerun of a slice reads the kept list, and a damaged copy is rebuilt
     kept = next(Path(bf.store().root, "plans", slice_steps.WHOLE_BACKFILL).iterdir())
     kept.write_text("{")
     reads.clear()
     again = slice_steps.write_file_lists(bf, plan.slices[1])
-    assert len(reads) == 1 and file_list.read(again["backfill-playbacks"]) == file_list.read(lists[1]["backfill-playbacks"])
+    assert len(reads) == 1 and file_list.read(again["backfill-playbacks"]) == file_list.read(
+        lists[1]["backfill-playbacks"]
+    )

@@ -67,7 +67,9 @@ def lake(tmp_path: Path, catalog: Any, catalog_props: dict[str, str]) -> Path:
     return write_config(tmp_path, catalog_props)
 
 
-def leave_backfill(catalog: Any, config: Path, backfill_id: str, *, publish: bool = False, lock: bool = False) -> list[str]:
+def leave_backfill(
+    catalog: Any, config: Path, backfill_id: str, *, publish: bool = False, lock: bool = False
+) -> list[str]:
     """What a backfill leaves, made with the real steps' pieces: two staging tables with rows, its
     checkpoint folder (checkpoint, plan file, done record), a tag on the source, and optionally
     its publish (by reference) and its lock. Returns its staging tables."""
@@ -78,15 +80,29 @@ def leave_backfill(catalog: Any, config: Path, backfill_id: str, *, publish: boo
         ensure_staging_table(catalog, TARGET, name).append(summary_table([summary_row(minute, 3, 7 + i)]))
         staging.append(name)
     root = Path(backfill_root(cfg.job.checkpoint_root, cfg.job.name, backfill_id))
-    for rel, text in (("shared/offsets/0", "{}"), ("plans/s0000/playbacks.json", "{}"), ("done/s0000.json", json.dumps({"rows_read": 6}))):
+    for rel, text in (
+        ("shared/offsets/0", "{}"),
+        ("plans/s0000/playbacks.json", "{}"),
+        ("done/s0000.json", json.dumps({"rows_read": 6})),
+    ):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     source = catalog.load_table(SOURCE)
     source.manage_snapshots().create_tag(source.current_snapshot().snapshot_id, tag_name(backfill_id)).commit()
     if lock:
-        take_lock(catalog.load_table(TARGET), backfill_id, cfg.job.name, START, END, retention=7 * DAY, release=f"kappa backfill … {backfill_id} --release-lock")
+        take_lock(
+            catalog.load_table(TARGET),
+            backfill_id,
+            cfg.job.name,
+            START,
+            END,
+            retention=7 * DAY,
+            release=f"kappa backfill … {backfill_id} --release-lock",
+        )
     if publish:
-        publish_window(catalog, TARGET, staging, "window_start", START, END, snapshot_properties={"kappa.backfill-id": backfill_id})
+        publish_window(
+            catalog, TARGET, staging, "window_start", START, END, snapshot_properties={"kappa.backfill-id": backfill_id}
+        )
     return staging
 
 
@@ -160,7 +176,9 @@ def test_a_backfill_holding_the_lock_is_never_removed(catalog: Any, lake: Path) 
     cfg = load_config(lake)
     decisions = cleanup(cfg, older_than=timedelta(0), now=datetime.now(timezone.utc) + 30 * DAY)
     assert [d.remove for d in decisions] == [False]
-    assert decisions[0].reason == f"holds the lock on {TARGET}; release it with: kappa backfill … bf_locked --release-lock"
+    assert (
+        decisions[0].reason == f"holds the lock on {TARGET}; release it with: kappa backfill … bf_locked --release-lock"
+    )
     assert staging_backfills(catalog, TARGET) == {"bf_locked": staging}
     assert tag_name("bf_locked") in catalog.load_table(SOURCE).metadata.refs
     # it takes the lock again between the decision and the removal: kept after all
@@ -213,7 +231,9 @@ def test_job_retention_is_a_duration_named_in_errors(tmp_path: Path, catalog_pro
     assert load_config(write_config(tmp_path, catalog_props, retention="0s")).job.retention == timedelta(0)
     assert load_config(write_config(tmp_path, catalog_props, retention="PT12H")).job.retention == 12 * H
     for bad in ("soon", "-1d", ""):
-        with pytest.raises(KappaConfigError, match=f"job.retention: {bad!r} is not a duration; expected a number with a unit"):
+        with pytest.raises(
+            KappaConfigError, match=f"job.retention: {bad!r} is not a duration; expected a number with a unit"
+        ):
             load_config(write_config(tmp_path, catalog_props, retention=bad))
 
 
@@ -245,7 +265,9 @@ def test_kappa_cleanup_prints_what_it_removes_and_refuses_bad_input(
     assert sorted(staging_backfills(catalog, TARGET)) == ["bf_locked"]
 
 
-def test_an_empty_slice_creates_no_staging_table_and_validate_and_publish_count_it_as_zero_rows(catalog: Any, lake: Path) -> None:
+def test_an_empty_slice_creates_no_staging_table_and_validate_and_publish_count_it_as_zero_rows(
+    catalog: Any, lake: Path
+) -> None:
     from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.backfill.plan import plan, slice_is_empty
     from airflow_provider_kappa.backfill.publish import publish
@@ -255,9 +277,20 @@ def test_an_empty_slice_creates_no_staging_table_and_validate_and_publish_count_
 
     cfg = load_config(lake)
     sink = cfg.sinks["summary"]
-    bf = Backfill.create(cfg, {"start": T0.isoformat(), "end": (T0 + 4 * H).isoformat(), "mode": "parallel", "max_misalignment_threshold": "15min"})
+    bf = Backfill.create(
+        cfg,
+        {
+            "start": T0.isoformat(),
+            "end": (T0 + 4 * H).isoformat(),
+            "mode": "parallel",
+            "max_misalignment_threshold": "15min",
+        },
+    )
     slices = plan(bf, pin(bf, tag=False))
-    assert [s.slice_id for s in slices.slices if slice_is_empty(s)] == ["s0001", "s0002"]  # the source has hours 0 and 3
+    assert [s.slice_id for s in slices.slices if slice_is_empty(s)] == [
+        "s0001",
+        "s0002",
+    ]  # the source has hours 0 and 3
     for sp in slices.slices:
         if slice_is_empty(sp):
             assert run_slice(bf, sp)["skipped"] is True  # no Spark run for an empty slice
@@ -265,7 +298,10 @@ def test_an_empty_slice_creates_no_staging_table_and_validate_and_publish_count_
             rows = [summary_row(0, 1, 1), summary_row(60, 1, 5)] if sp.index == 0 else [summary_row(190, 2, 2)]
             ensure_staging_table(catalog, TARGET, bf.staging_table(sink, sp.slice_id)).append(summary_table(rows))
     assert list(staging_backfills(catalog, TARGET)) == [bf.id]
-    assert staging_backfills(catalog, TARGET)[bf.id] == [bf.staging_table(sink, "s0000"), bf.staging_table(sink, "s0003")]
+    assert staging_backfills(catalog, TARGET)[bf.id] == [
+        bf.staging_table(sink, "s0000"),
+        bf.staging_table(sink, "s0003"),
+    ]
     report = validate(bf, slices)["summary"]
     assert (report.staged_rows, report.target_rows, report.matched_rows, len(report.staging_tables)) == (3, 3, 3, 2)
     before = sorted_rows(catalog.load_table(TARGET))
@@ -297,7 +333,9 @@ def test_the_cleanup_task_keeps_its_runs_backfill_unless_it_published(catalog: A
     # job.retention (7d) when older_than is not given: nothing this young goes
     leave_backfill(catalog, lake, "bf_young")
     kept = KappaCleanupOperator(task_id="cleanup", config_path=str(lake), keep_run_backfill=False).execute({})
-    assert [(d["backfill_id"], d["removed"], d["reason"]) for d in kept] == [("bf_young", False, "younger than the retention 7d")]
+    assert [(d["backfill_id"], d["removed"], d["reason"]) for d in kept] == [
+        ("bf_young", False, "younger than the retention 7d")
+    ]
     with pytest.raises(AirflowFailException, match="older_than: 'soon' is not a duration"):
         KappaCleanupOperator(task_id="cleanup", config_path=str(lake), older_than="soon").execute({"params": params})
     assert list(staging_backfills(catalog, TARGET)) == ["bf_young"]
@@ -316,7 +354,11 @@ def test_a_backfill_whose_spark_connect_server_runs_is_kept(catalog: Any, lake: 
     # this test's process stands for the server: alive, the same process as recorded
     ServerState("sc://127.0.0.1:1", os.getpid(), ticks, "").write(connect_state_path(root, "bf_running"))
     decisions = cleanup(cfg, older_than=timedelta(0))
-    assert [(d.remove, d.reason) for d in decisions] == [(False, f"running: its Spark Connect server (pid {os.getpid()}) runs")]
-    ServerState("sc://127.0.0.1:1", os.getpid(), ticks + 1, "").write(connect_state_path(root, "bf_running"))  # a reused pid
+    assert [(d.remove, d.reason) for d in decisions] == [
+        (False, f"running: its Spark Connect server (pid {os.getpid()}) runs")
+    ]
+    ServerState("sc://127.0.0.1:1", os.getpid(), ticks + 1, "").write(
+        connect_state_path(root, "bf_running")
+    )  # a reused pid
     assert [d.remove for d in cleanup(cfg, older_than=timedelta(0))] == [True]
     assert not Path(root).exists() and staging_backfills(catalog, TARGET) == {}

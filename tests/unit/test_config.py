@@ -106,17 +106,41 @@ def test_conn_id_catalog(tmp_path: Path) -> None:
     ("path", "value", "match"),
     [
         (["job", "nmae"], "x", r"job: unknown key\(s\) \['nmae'\]"),
-        (["sources", "backfill-impressions", "tabel"], "x", r"sources.backfill-impressions: unknown key\(s\) \['tabel'\]"),
+        (
+            ["sources", "backfill-impressions", "tabel"],
+            "x",
+            r"sources.backfill-impressions: unknown key\(s\) \['tabel'\]",
+        ),
         (["sources", "backfill-impressions", "table"], DELETE, r"sources.backfill-impressions.table: missing"),
-        (["sources", "backfill-impressions", "table"], "impressions", r"table: 'impressions' must be 'namespace.table'"),
-        (["sources", "backfill-impressions", "max_misalignment_threshold"], "0s", r"max_misalignment_threshold: '0s' must be positive"),
-        (["sources", "backfill-impressions", "max_misalignment_threshold"], "-5min", r"max_misalignment_threshold: '-5min' is not a duration"),
+        (
+            ["sources", "backfill-impressions", "table"],
+            "impressions",
+            r"table: 'impressions' must be 'namespace.table'",
+        ),
+        (
+            ["sources", "backfill-impressions", "max_misalignment_threshold"],
+            "0s",
+            r"max_misalignment_threshold: '0s' must be positive",
+        ),
+        (
+            ["sources", "backfill-impressions", "max_misalignment_threshold"],
+            "-5min",
+            r"max_misalignment_threshold: '-5min' is not a duration",
+        ),
         (["sources", "backfill-impressions", "max_misalignment_threshold"], "soon", r"'soon' is not a duration"),
         (["sources", "backfill-impressions", "catalog"], "nope", r"catalog: 'nope' is not a defined catalog"),
         (["sources", "backfill-impressions", "type"], "kinesis", r"type: 'kinesis' is not a source type"),
-        (["sources", "impressions", "candidates"], ["live-impressions", "ghost"], r"candidates: 'ghost' is not a defined source"),
+        (
+            ["sources", "impressions", "candidates"],
+            ["live-impressions", "ghost"],
+            r"candidates: 'ghost' is not a defined source",
+        ),
         (["sources", "impressions", "selected"], "ghost", r"selected: 'ghost' is not one of its candidates"),
-        (["sources", "impressions", "candidates"], "live-impressions", r"candidates: 'live-impressions' must be a non-empty list"),
+        (
+            ["sources", "impressions", "candidates"],
+            "live-impressions",
+            r"candidates: 'live-impressions' must be a non-empty list",
+        ),
         (["sinks", "summary", "catalog"], "nope", r"sinks.summary.catalog: 'nope' is not a defined catalog"),
         (["sinks", "summary", "time_column"], DELETE, r"sinks.summary.time_column: missing"),
         (["sinks", "summary", "type"], "kafka", r"sinks.summary.type: 'kafka' is not a sink type"),
@@ -127,7 +151,11 @@ def test_conn_id_catalog(tmp_path: Path) -> None:
         (["backfill"], {"mode": "fast"}, r"backfill.mode: 'fast' is not a mode"),
         (["backfill"], {"slice": "0s"}, r"backfill.slice: '0s' must be positive"),
         (["backfill"], {"min_match": 120}, r"backfill.min_match: 120 must be a percentage"),
-        (["job", "checkpoint_root"], "${KAPPA_SURELY_UNSET_VAR}/x", r"uses \$\{KAPPA_SURELY_UNSET_VAR\}, which is not set"),
+        (
+            ["job", "checkpoint_root"],
+            "${KAPPA_SURELY_UNSET_VAR}/x",
+            r"uses \$\{KAPPA_SURELY_UNSET_VAR\}, which is not set",
+        ),
     ],
 )
 def test_bad_config(tmp_path: Path, path: list[str], value: Any, match: str) -> None:
@@ -165,6 +193,8 @@ def test_malformed_yaml_and_missing_file(tmp_path: Path) -> None:
 
 def test_job_class_data_sharing_is_a_boolean_defaulting_to_true(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, BASE)).job.class_data_sharing is True
-    assert load_config(write(tmp_path, with_change(["job", "class_data_sharing"], False))).job.class_data_sharing is False
+    assert (
+        load_config(write(tmp_path, with_change(["job", "class_data_sharing"], False))).job.class_data_sharing is False
+    )
     with pytest.raises(KappaConfigError, match=r"job\.class_data_sharing: 'yes' must be true or false"):
         load_config(write(tmp_path, with_change(["job", "class_data_sharing"], "yes")))

@@ -17,7 +17,9 @@ from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
 from airflow_provider_kappa.spark.ledger import Ledger, LedgerEntry
 
 
-def test_without_fetched_jars_the_demo_falls_back_saying_why_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_fetched_jars_the_demo_falls_back_saying_why_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KAPPA_JVM_DIR", str(tmp_path / "empty"))
     why = kafka_unavailable()
     assert why is not None and "\n" not in why
@@ -32,13 +34,21 @@ def test_a_broker_that_does_not_start_falls_back_in_one_line_keeping_the_whole_m
 ) -> None:
     java = tmp_path / "jdk" / "bin" / "java"  # the process boundary: a java that fails as the storage tool did
     java.parent.mkdir(parents=True)
-    java.write_text("#!/bin/sh\necho 'usage: kafka-storage format [-h] --config CONFIG' >&2\necho 'kafka-storage: error: expected one argument' >&2\nexit 1\n")
+    java.write_text(
+        "#!/bin/sh\necho 'usage: kafka-storage format [-h] --config CONFIG' >&2\necho 'kafka-storage: error: expected one argument' >&2\nexit 1\n"
+    )
     java.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     broker, said = _start_broker(DemoOptions(workdir=tmp_path / "demo"), tmp_path / "demo")
     kept = tmp_path / "demo" / "kafka" / "start-error.log"
-    assert broker is None and "\n" not in said and said.startswith("the broker did not start: formatting the Kafka storage")
-    assert str(kept) in said and "expected one argument" in kept.read_text() and "usage: kafka-storage" in kept.read_text()
+    assert (
+        broker is None
+        and "\n" not in said
+        and said.startswith("the broker did not start: formatting the Kafka storage")
+    )
+    assert (
+        str(kept) in said and "expected one argument" in kept.read_text() and "usage: kafka-storage" in kept.read_text()
+    )
 
 
 def test_a_cluster_id_is_a_uuid_the_storage_tool_never_reads_as_an_option() -> None:
@@ -67,7 +77,9 @@ def test_batch_limits_read_every_topic_in_about_as_many_batches() -> None:
 
 
 def entry(batch: int, end_ms: int, ranges: dict[str, dict[int, tuple[int | None, int]]]) -> LedgerEntry:
-    return LedgerEntry(query_id="q", batch_id=batch, end_ms=end_ms, start_ms=None, watermark_ms=batch * 7, ranges=ranges)
+    return LedgerEntry(
+        query_id="q", batch_id=batch, end_ms=end_ms, start_ms=None, watermark_ms=batch * 7, ranges=ranges
+    )
 
 
 def test_restamp_ledger_puts_each_batch_at_its_last_record_in_live_order(tmp_path: Path) -> None:

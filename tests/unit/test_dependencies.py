@@ -33,7 +33,11 @@ def setup_cfg() -> configparser.ConfigParser:
 
 def requirements() -> list[str]:
     lines = setup_cfg()["options"]["install_requires"].splitlines()
-    return [re.split(r"[\[<>=!~ ]", line.strip(), maxsplit=1)[0].lower() for line in lines if line.strip() and not line.strip().startswith("#")]
+    return [
+        re.split(r"[\[<>=!~ ]", line.strip(), maxsplit=1)[0].lower()
+        for line in lines
+        if line.strip() and not line.strip().startswith("#")
+    ]
 
 
 def test_every_requirement_is_imported_by_the_package() -> None:

@@ -54,10 +54,18 @@ def test_engine_and_connect_load(tmp_path: Path, engine: str, connect: Any, expe
     [
         ("engine", "spark", r"job.engine: 'spark' is not an engine; allowed: \['connect', 'submit'\]"),
         ("engine", True, r"job.engine: True is not an engine"),
-        ("connect", {"url": "http://h:15002"}, r"job.connect.url: 'http://h:15002' is not a Spark Connect URL; expected 'sc://host:port'"),
+        (
+            "connect",
+            {"url": "http://h:15002"},
+            r"job.connect.url: 'http://h:15002' is not a Spark Connect URL; expected 'sc://host:port'",
+        ),
         ("connect", {"url": "sc://h:port"}, r"job.connect.url: 'sc://h:port' is not a Spark Connect URL"),
         ("connect", {"host": "h"}, r"job.connect: unknown key\(s\) \['host'\]; allowed: \['conn_id', 'url'\]"),
-        ("connect", {"url": "sc://h:1", "conn_id": "c"}, r"job.connect: .* must be one of \{conn_id: .*\} or \{url: 'sc://host:port'\}"),
+        (
+            "connect",
+            {"url": "sc://h:1", "conn_id": "c"},
+            r"job.connect: .* must be one of \{conn_id: .*\} or \{url: 'sc://host:port'\}",
+        ),
         ("connect", "sc://h:1", r"job.connect: 'sc://h:1' must be one of"),
         ("connect", {"conn_id": ""}, r"job.connect.conn_id: '' must be a non-empty string"),
     ],
@@ -67,7 +75,9 @@ def test_bad_engine_config(tmp_path: Path, key: str, value: Any, match: str) -> 
         load_config(write(tmp_path, with_change(["job", key], value)))
 
 
-def test_the_url_comes_from_the_config_or_an_airflow_spark_connect_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_url_comes_from_the_config_or_an_airflow_spark_connect_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = with_change(["job", "connect"], {"url": "sc://spark.example:15002"})
     assert configured_url(load_config(write(tmp_path, data))) == "sc://spark.example:15002"
     monkeypatch.setenv(
@@ -79,7 +89,9 @@ def test_the_url_comes_from_the_config_or_an_airflow_spark_connect_connection(tm
     assert url is not None and url.startswith("sc://spark.example:15003/;") and "token=tok" in url
     assert redact_url(url) == "sc://spark.example:15003/"
     cfg = load_config(write(tmp_path, with_change(["job", "connect"], {"conn_id": "kappa_surely_missing"})))
-    with pytest.raises(KappaConfigError, match=r"job.connect.conn_id: 'kappa_surely_missing' gives no Spark Connect URL"):
+    with pytest.raises(
+        KappaConfigError, match=r"job.connect.conn_id: 'kappa_surely_missing' gives no Spark Connect URL"
+    ):
         configured_url(cfg)
 
 

@@ -87,7 +87,9 @@ def test_a_superseded_writer_commits_nothing_and_deletes_its_files(catalog: Any,
 
     clear_slice(catalog, TARGET, staging, "0002-bbbb")  # the retry takes its epoch
     with pytest.raises(KappaSupersededError, match="belongs to epoch '0002-bbbb'.*epoch '0001-aaaa' was superseded"):
-        KappaIcebergStreamWriter(schema, writer_options(catalog_props, staging, "0001-aaaa"), overwrite=False).commit([message], 0)
+        KappaIcebergStreamWriter(schema, writer_options(catalog_props, staging, "0001-aaaa"), overwrite=False).commit(
+            [message], 0
+        )
     with pytest.raises(KappaSupersededError):
         old.commit([message], 0)  # the writer built before the retry too
     assert not any(f.exists() for f in files)
@@ -149,7 +151,9 @@ def test_a_child_dies_with_its_parent_even_when_the_parent_is_sigkilled() -> Non
 
 
 def test_the_private_folder_of_a_dead_run_is_removed_by_the_next_run(tmp_path: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     left = tmp_path / f"kappa-run-{int(dead.stdout)}-12345-s0000-abc"
     left.mkdir()
     (left / "catalogs.json").write_text("{}")

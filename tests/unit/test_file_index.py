@@ -120,7 +120,9 @@ def test_snapshots_after_and_added_files_follow_commits(catalog: Any) -> None:
 
 def test_grid_batch_end_skips_empty_stretches_and_stays_on_the_grid() -> None:
     step = 15 * MIN
-    presence = Presence([_span(T0_US + 1 * MIN, T0_US + 20 * MIN), _span(T0_US + 5 * HOUR, T0_US + 5 * HOUR)], T0_US, T0_US + 6 * HOUR)
+    presence = Presence(
+        [_span(T0_US + 1 * MIN, T0_US + 20 * MIN), _span(T0_US + 5 * HOUR, T0_US + 5 * HOUR)], T0_US, T0_US + 6 * HOUR
+    )
     assert grid_batch_end(T0_US, presence, step, T0_US + 6 * HOUR) == T0_US + 15 * MIN
     assert grid_batch_end(T0_US + 15 * MIN, presence, step, T0_US + 6 * HOUR) == T0_US + 30 * MIN
     # from 30min the next data is at 5h: one batch [30min, 5h15min)
@@ -131,9 +133,7 @@ def test_grid_batch_end_skips_empty_stretches_and_stays_on_the_grid() -> None:
 
 
 def test_presence_is_the_clipped_union_of_spans() -> None:
-    presence = Presence(
-        [_span(0, 10), _span(5, 20), _span(22, 30), _span(21, 21), _span(100, 200)], 0, 150
-    )
+    presence = Presence([_span(0, 10), _span(5, 20), _span(22, 30), _span(21, 21), _span(100, 200)], 0, 150)
     assert (presence.lowers, presence.uppers) == ([0, 100], [30, 149])
     assert presence.first_at_or_after(31) == 100
     assert presence.first_at_or_after(120) == 120

@@ -18,15 +18,36 @@ from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.spark.settings import KafkaSourceSettings, load_settings
 
 BASE: dict[str, Any] = {
-    "job": {"name": "rmi", "application": "job.py", "checkpoint_root": "/tmp/ckpt", "spark_conf": {"spark.sql.shuffle.partitions": "4"}},
+    "job": {
+        "name": "rmi",
+        "application": "job.py",
+        "checkpoint_root": "/tmp/ckpt",
+        "spark_conf": {"spark.sql.shuffle.partitions": "4"},
+    },
     "catalogs": {"lake": {"type": "sql", "uri": "sqlite:////tmp/c.db", "warehouse": "file:///tmp/w"}},
     "sources": {
-        "impressions": {"type": "dynamic", "selected": "live-impressions", "candidates": ["live-impressions", "lake-impressions"]},
-        "live-impressions": {"type": "kafka", "topics": "impressions", "bootstrap_servers": "kafka:9092", "schema": "id STRING"},
-        "lake-impressions": {"type": "iceberg", "catalog": "lake", "table": "raw.impressions", "ingestion_column": "ingestion_ts"},
+        "impressions": {
+            "type": "dynamic",
+            "selected": "live-impressions",
+            "candidates": ["live-impressions", "lake-impressions"],
+        },
+        "live-impressions": {
+            "type": "kafka",
+            "topics": "impressions",
+            "bootstrap_servers": "kafka:9092",
+            "schema": "id STRING",
+        },
+        "lake-impressions": {
+            "type": "iceberg",
+            "catalog": "lake",
+            "table": "raw.impressions",
+            "ingestion_column": "ingestion_ts",
+        },
         "plays": {"type": "iceberg", "catalog": "lake", "table": "raw.plays", "ingestion_column": "ingestion_ts"},
     },
-    "sinks": {"summary": {"type": "iceberg", "catalog": "lake", "table": "prod.summary", "time_column": "window_start"}},
+    "sinks": {
+        "summary": {"type": "iceberg", "catalog": "lake", "table": "prod.summary", "time_column": "window_start"}
+    },
 }
 
 
@@ -92,10 +113,24 @@ def test_land_conf_reads_the_kafka_candidate_into_the_iceberg_table(tmp_path: Pa
     settings = load_settings(conf)
     src = settings.source("impressions")
     assert isinstance(src, KafkaSourceSettings)
-    assert (src.topics, src.ingestion_column, src.starting_offsets, src.schema) == ("impressions", "ingestion_ts", "earliest", "id STRING")
+    assert (src.topics, src.ingestion_column, src.starting_offsets, src.schema) == (
+        "impressions",
+        "ingestion_ts",
+        "earliest",
+        "id STRING",
+    )
     sink = settings.sink("impressions")
-    assert (sink.table, sink.write_table, sink.time_column, sink.catalog) == ("raw.impressions", "raw.impressions", "ingestion_ts", "lake")
-    assert (settings.mode, settings.trigger, settings.trigger_interval) == ("live", "processingTime", timedelta(minutes=1))
+    assert (sink.table, sink.write_table, sink.time_column, sink.catalog) == (
+        "raw.impressions",
+        "raw.impressions",
+        "ingestion_ts",
+        "lake",
+    )
+    assert (settings.mode, settings.trigger, settings.trigger_interval) == (
+        "live",
+        "processingTime",
+        timedelta(minutes=1),
+    )
     assert settings.checkpoint == "/tmp/ckpt/rmi/land"
     assert conf["spark.kappa.land.sources"] == "impressions" and conf["spark.sql.shuffle.partitions"] == "4"
     assert load_settings(land_conf(cfg, landings(cfg), "/c.json", available_now=True)).trigger == "availableNow"
@@ -168,6 +203,9 @@ def test_the_fetched_connector_adds_nothing_the_pyspark_wheel_holds() -> None:
     artifact = lambda p: re.sub(r"-\d+(\.\d+)+[\w.\-]*\.jar$", "", p.name)  # noqa: E731
     wheel = {artifact(p) for p in (home / "jars").glob("*.jar")}
     assert sorted(artifact(p) for p in fetched) == [
-        "commons-pool2", "kafka-clients", "spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13",
-    ]  # fmt: skip
+        "commons-pool2",
+        "kafka-clients",
+        "spark-sql-kafka-0-10_2.13",
+        "spark-token-provider-kafka-0-10_2.13",
+    ]
     assert not wheel & {artifact(p) for p in fetched}

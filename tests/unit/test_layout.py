@@ -84,14 +84,18 @@ def test_imports_point_down(module: str) -> None:
         dep
         for dep in GRAPH[module]
         if RANKS[room(dep)] > RANKS[room(module)]
-        or (room(dep) != room(module) and RANKS[room(dep)] == RANKS[room(module)] and not _allowed_sideways(module, dep))
+        or (
+            room(dep) != room(module) and RANKS[room(dep)] == RANKS[room(module)] and not _allowed_sideways(module, dep)
+        )
     )
     assert not upward, f"{module} ({room(module)}) imports a higher or sibling room: {upward}"
 
 
 def _allowed_sideways(module: str, dep: str) -> bool:
     # `kappa demo` is the demo's entry; the example jobs run on spark/
-    return (module == f"{NAME}.cli.demo" and room(dep) == "demo") or (room(module) == "examples" and room(dep) == "spark")
+    return (module == f"{NAME}.cli.demo" and room(dep) == "demo") or (
+        room(module) == "examples" and room(dep) == "spark"
+    )
 
 
 def test_no_import_cycle() -> None:

@@ -18,7 +18,11 @@ QUERY = "5f0c6a2e-0000-4000-8000-000000000001"
 
 def offsets(checkpoint: Path, batch: int, timestamp_ms: int, *sources: object, watermark_ms: int = 0) -> None:
     """``offsets/<batch>`` as Spark writes it: version, metadata, one line per source (``-``: none)."""
-    meta = {"batchWatermarkMs": watermark_ms, "batchTimestampMs": timestamp_ms, "conf": {"spark.sql.shuffle.partitions": "2"}}
+    meta = {
+        "batchWatermarkMs": watermark_ms,
+        "batchTimestampMs": timestamp_ms,
+        "conf": {"spark.sql.shuffle.partitions": "2"},
+    }
     lines = ["v1", json.dumps(meta), *(s if isinstance(s, str) else json.dumps(s) for s in sources)]
     (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
     (checkpoint / "offsets" / str(batch)).write_text("\n".join(lines))
@@ -62,7 +66,9 @@ def test_each_batch_s_kafka_ranges_are_recorded_from_the_offset_log(checkpoint: 
 
 
 def test_an_entry_round_trips_through_json() -> None:
-    entry = LedgerEntry(QUERY, 7, 1_700_000_000_000, 1_699_999_999_000, 5, {"a": {0: (None, 3), 2: (4, 9)}, "b": {1: (0, 1)}})
+    entry = LedgerEntry(
+        QUERY, 7, 1_700_000_000_000, 1_699_999_999_000, 5, {"a": {0: (None, 3), 2: (4, 9)}, "b": {1: (0, 1)}}
+    )
     assert LedgerEntry.from_json(entry.to_json(), "x") == entry
     with pytest.raises(KappaSourceError, match="live ledger entry x is not a kappa ledger entry"):
         LedgerEntry.from_json('{"version": 9}', "x")
@@ -111,10 +117,14 @@ def test_the_reader_replays_the_ledger_of_the_run_s_one_sink() -> None:
     assert spec.ledger == "/lake/ledger/summary"
     assert IcebergReadSpec.from_options(spec.to_options()).ledger == "/lake/ledger/summary"
     assert IcebergReadSpec.from_conf("events", conf()).ledger is None
-    with pytest.raises(KappaConfigError, match=r"spark.kappa.ledger: '/l' is kept per sink .* sinks \['a', 'summary'\]"):
+    with pytest.raises(
+        KappaConfigError, match=r"spark.kappa.ledger: '/l' is kept per sink .* sinks \['a', 'summary'\]"
+    ):
         IcebergReadSpec.from_conf("events", conf(ledger="/l", sink__a__table="x.a"))
     with pytest.raises(KappaConfigError, match="option ledger='/l' is for mode 'bounded', not 'tail'"):
-        IcebergReadSpec.from_options({"catalog": "c", "table": "t.t", "ingestion_column": "i", "mode": "tail", "ledger": "/l"})
+        IcebergReadSpec.from_options(
+            {"catalog": "c", "table": "t.t", "ingestion_column": "i", "mode": "tail", "ledger": "/l"}
+        )
 
 
 def test_files_are_pruned_by_their_kafka_statistics() -> None:

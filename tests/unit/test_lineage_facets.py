@@ -40,10 +40,16 @@ def test_a_table_is_named_by_its_location(location: str, dataset: tuple[str, str
 
 
 def test_a_catalog_identifier_carries_no_credentials() -> None:
-    assert redact_uri("postgresql+psycopg2://kappa:pw@db:5432/catalog?sslpassword=x#f") == "postgresql+psycopg2://db:5432/catalog"
+    assert (
+        redact_uri("postgresql+psycopg2://kappa:pw@db:5432/catalog?sslpassword=x#f")
+        == "postgresql+psycopg2://db:5432/catalog"
+    )
     assert redact_uri("sqlite:////var/kappa/catalog.db") == "sqlite:////var/kappa/catalog.db"
     assert redact_uri("https://token@rest.example/api/catalog") == "https://rest.example/api/catalog"
-    assert catalog_namespace("lake", {"uri": "http://u:p@127.0.0.1:8181", "warehouse": "s3://w"}) == "http://127.0.0.1:8181"
+    assert (
+        catalog_namespace("lake", {"uri": "http://u:p@127.0.0.1:8181", "warehouse": "s3://w"})
+        == "http://127.0.0.1:8181"
+    )
     assert catalog_namespace("lake", {"warehouse": "s3://k:s@w/path"}) == "s3://w/path"
     assert catalog_namespace("glue_lake", {"type": "glue"}) == "iceberg://glue_lake"
 

@@ -27,14 +27,23 @@ def test_null_ingestion_rows_are_counted_from_manifests(catalog: Any) -> None:
 
 
 def test_kappa_plan_reports_rows_without_ingestion_time(
-    tmp_path: Path, catalog_props: dict[str, str], catalog: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    catalog_props: dict[str, str],
+    catalog: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     config = write_job_config(tmp_path, catalog_props)
     table = create_events_table(catalog, "raw.playbacks")
     append_events(table, [event(i, INCIDENT_START + (INCIDENT_END - INCIDENT_START) * i / 20) for i in range(20)])
     append_events(table, [{**event(100 + i, INCIDENT_START), "ingestion_ts": None} for i in range(4)])
-    code = main(["plan", "--config", str(config), "--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()])
+    code = main(
+        ["plan", "--config", str(config), "--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "source backfill-playbacks: 4 row(s) of raw.playbacks have a null ingestion_ts; no slice reads them" in " ".join(out.split()), out
+    assert (
+        "source backfill-playbacks: 4 row(s) of raw.playbacks have a null ingestion_ts; no slice reads them"
+        in " ".join(out.split())
+    ), out

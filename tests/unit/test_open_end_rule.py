@@ -48,11 +48,18 @@ def at(h: int, m: int = 0, s: int = 0) -> datetime:
 
 #: playbacks from 04:00 to 05:59 (account 7 every 6 minutes; a few sessions of other accounts)
 EVENTS = [event(700 + i, at(4, 6 * i), account=7, show=7) for i in range(20)] + [
-    event(100 + i, at(5, m), account=a, show=a) for i, (a, m) in enumerate([(1, 20), (1, 22), (1, 24), (2, 41), (2, 43), (3, 57), (3, 59)])
+    event(100 + i, at(5, m), account=a, show=a)
+    for i, (a, m) in enumerate([(1, 20), (1, 22), (1, 24), (2, 41), (2, 43), (3, 57), (3, 59)])
 ]
 #: the issue's case: a window to the next day over data ending at 06:00
-OPEN = {"start": at(5).isoformat(), "end": at(24).isoformat(), "slice": "6h", "warmup": "30min", "tail": "20min",
-        "max_misalignment_threshold": "1h"}  # fmt: skip
+OPEN = {
+    "start": at(5).isoformat(),
+    "end": at(24).isoformat(),
+    "slice": "6h",
+    "warmup": "30min",
+    "tail": "20min",
+    "max_misalignment_threshold": "1h",
+}
 
 
 @pytest.fixture()
@@ -67,13 +74,29 @@ def test_a_window_past_the_landed_data_is_refused_before_any_lock_or_tag(
     lake: dict[str, Any], catalog: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = sorted_rows(catalog.load_table(TARGET))
-    argv = ["--start", OPEN["start"], "--end", OPEN["end"], "--slice", "6h", "--warmup", "30min", "--tail", "20min",
-            "--max-misalignment", "1h"]  # fmt: skip
+    argv = [
+        "--start",
+        OPEN["start"],
+        "--end",
+        OPEN["end"],
+        "--slice",
+        "6h",
+        "--warmup",
+        "30min",
+        "--tail",
+        "20min",
+        "--max-misalignment",
+        "1h",
+    ]
     code = main(["backfill", "--config", str(lake["config"]), *argv])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2, err
-    assert err.startswith("kappa backfill: error: backfill window [2026-11-01T05:00:00+00:00, 2026-11-02T00:00:00+00:00) with tail 20min")
-    assert "end + tail = 2026-11-02T00:20:00+00:00, past the landed data: source backfill-playbacks (raw.playbacks" in err
+    assert err.startswith(
+        "kappa backfill: error: backfill window [2026-11-01T05:00:00+00:00, 2026-11-02T00:00:00+00:00) with tail 20min"
+    )
+    assert (
+        "end + tail = 2026-11-02T00:20:00+00:00, past the landed data: source backfill-playbacks (raw.playbacks" in err
+    )
     assert "holds ingestion times up to 2026-11-01T05:59:00+00:00, landed through 2026-11-01T06:00:00+00:00" in err
     assert "Use an end of at most 2026-11-01T05:40:00+00:00" in err and "--allow-open-end" in err
     # nothing written: no tag, no lock, no checkpoint, the target's correct rows untouched
@@ -93,11 +116,17 @@ def test_the_check_follows_end_plus_tail_and_the_threshold_grid(lake: dict[str, 
     check_inputs(within)
     # a threshold of 1min: the landed data ends with the minute of its last row
     fine = Backfill.create(cfg, {**OPEN, "end": at(5, 40), "max_misalignment_threshold": "1min", "slice": "1h"})
-    with pytest.raises(KappaSourceError, match=r"landed through 2026-11-01T06:00:00\+00:00 .*Use an end of at most 2026-11-01T05:40:00"):
-        check_landed(Backfill.create(cfg, {**OPEN, "end": at(5, 41), "max_misalignment_threshold": "1min", "slice": "1h"}))
+    with pytest.raises(
+        KappaSourceError, match=r"landed through 2026-11-01T06:00:00\+00:00 .*Use an end of at most 2026-11-01T05:40:00"
+    ):
+        check_landed(
+            Backfill.create(cfg, {**OPEN, "end": at(5, 41), "max_misalignment_threshold": "1min", "slice": "1h"})
+        )
     assert check_landed(fine) is not None
     # a window the landed data closes no part of is refused even with the flag
-    with pytest.raises(KappaSourceError, match=r"closes no part of the window \(it would need data up to 2026-11-01T06:10"):
+    with pytest.raises(
+        KappaSourceError, match=r"closes no part of the window \(it would need data up to 2026-11-01T06:10"
+    ):
         check_landed(Backfill.create(cfg, {**OPEN, "start": at(5, 50), "allow_open_end": True}))
 
 
@@ -117,7 +146,13 @@ def test_allow_open_end_publishes_only_what_the_landed_data_closes(lake: dict[st
     # staged: every session that starts in the window and closed before the data ends, and a
     # wrong row for the session still open at 05:57 (what an open end stages)
     closed = [s for s in oracle if at(5) <= s["session_start"] and s["account_id"] != 3]
-    stuck = {"account_id": 3, "session_start": at(5, 56, 59), "session_end": at(6, 1, 59), "plays": 1, "last_play_ts": at(5, 56, 59)}
+    stuck = {
+        "account_id": 3,
+        "session_start": at(5, 56, 59),
+        "session_end": at(6, 1, 59),
+        "plays": 1,
+        "last_play_ts": at(5, 56, 59),
+    }
     sink = cfg.sinks["sessions"]
     for i, sp in enumerate(plan.slices):
         table = ensure_staging_table(catalog, TARGET, bf.staging_table(sink, sp.slice_id))
@@ -126,7 +161,9 @@ def test_allow_open_end_publishes_only_what_the_landed_data_closes(lake: dict[st
     reports = validation.validate(bf, plan)
     report = reports["sessions"]
     assert report.window_end == at(5, 40).isoformat() and report.only_target_rows == 1 and report.only_staged_rows == 1
-    assert any("published [2026-11-01T05:00:00+00:00, 2026-11-01T05:40:00+00:00)" in w for w in report.warnings), report.warnings
+    assert any("published [2026-11-01T05:00:00+00:00, 2026-11-01T05:40:00+00:00)" in w for w in report.warnings), (
+        report.warnings
+    )
     assert "warning: allow_open_end: end + tail lies past the landed data" in report.to_text()
     validation.check_gate(bf, reports)
     results = publishing.publish(bf, plan)

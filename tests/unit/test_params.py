@@ -58,7 +58,11 @@ def test_defaults_come_from_the_job_config(rmi) -> None:  # type: ignore[no-unty
 def test_tail_defaults_to_the_threshold_when_the_config_has_none(tmp_path: Path) -> None:
     text = (EXAMPLES / "playback_sessions" / "kappa.yaml").read_text().replace("  tail: 15min\n", "")
     path = tmp_path / "kappa.yaml"
-    path.write_text(text.replace("application: playback_sessions.py", f"application: {EXAMPLES}/playback_sessions/playback_sessions.py"))
+    path.write_text(
+        text.replace(
+            "application: playback_sessions.py", f"application: {EXAMPLES}/playback_sessions/playback_sessions.py"
+        )
+    )
     cfg = load_config(path)
     p = parse_params(cfg, {"start": START, "end": END, "max_misalignment_threshold": "5min"})
     assert p.tail == timedelta(minutes=5)
@@ -141,8 +145,30 @@ def test_backfill_id_is_deterministic_and_changes_with_what_is_computed(rmi) -> 
     assert a not in others and len(others) == 7
 
 
-DURATIONS = ["0s", "0min", "PT0S", "15min", "1h", "2d", "500ms", "0.5h", "PT15M", "pt1h", "P1D", "P1DT2H", " 30 s ",
-             "1.5min", "P", "PT", "x", "15", "-1h", "1 hour", "", "0.0s"]  # fmt: skip
+DURATIONS = [
+    "0s",
+    "0min",
+    "PT0S",
+    "15min",
+    "1h",
+    "2d",
+    "500ms",
+    "0.5h",
+    "PT15M",
+    "pt1h",
+    "P1D",
+    "P1DT2H",
+    " 30 s ",
+    "1.5min",
+    "P",
+    "PT",
+    "x",
+    "15",
+    "-1h",
+    "1 hour",
+    "",
+    "0.0s",
+]
 
 
 @pytest.mark.parametrize("value", DURATIONS)
@@ -160,9 +186,17 @@ def test_duration_patterns_agree_with_the_parser(value: str) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["2026-11-01T00:00:00+00:00", "2026-11-01T00:00:00Z", "2026-11-01 00:00+01:00", "2026-11-01T00:00:00.5-05:00",
-     "2026-11-01T00:00:00", "2026-11-01", "tomorrow", "2026-13-01T00:00:00Z"],
-)  # fmt: skip
+    [
+        "2026-11-01T00:00:00+00:00",
+        "2026-11-01T00:00:00Z",
+        "2026-11-01 00:00+01:00",
+        "2026-11-01T00:00:00.5-05:00",
+        "2026-11-01T00:00:00",
+        "2026-11-01",
+        "tomorrow",
+        "2026-13-01T00:00:00Z",
+    ],
+)
 def test_timestamp_pattern_refuses_what_the_parser_refuses(value: str) -> None:
     try:
         parse_timestamp(value, "x")
@@ -178,17 +212,35 @@ def test_timestamp_pattern_refuses_what_the_parser_refuses(value: str) -> None:
 def test_param_schemas_validate_defaults_and_refuse_bad_single_values(rmi) -> None:  # type: ignore[no-untyped-def]
     schemas = param_schemas(rmi)
     assert list(schemas) == [
-        "start", "end", "sources", "slice", "max_misalignment_threshold", "warmup", "tail", "mode", "dry_run",
-        "publish", "min_match", "allow_open_end", "ledger",
-    ]  # fmt: skip
+        "start",
+        "end",
+        "sources",
+        "slice",
+        "max_misalignment_threshold",
+        "warmup",
+        "tail",
+        "mode",
+        "dry_run",
+        "publish",
+        "min_match",
+        "allow_open_end",
+        "ledger",
+    ]
     for schema in schemas.values():
         body = {k: v for k, v in schema.items() if k not in ("default", "title", "description")}
         if "default" in schema:
             jsonschema.validate(schema["default"], body)
     assert schemas["sources"]["examples"] == ["impressions", "playbacks"]
     assert schemas["slice"]["default"] == "1h" and schemas["tail"]["default"] == "15min"
-    bad = {"sources": ["clicks"], "max_misalignment_threshold": "0s", "slice": "PT0S", "start": "2026-11-01T00:00:00",
-           "mode": "fast", "min_match": 120, "warmup": "-1min"}  # fmt: skip
+    bad = {
+        "sources": ["clicks"],
+        "max_misalignment_threshold": "0s",
+        "slice": "PT0S",
+        "start": "2026-11-01T00:00:00",
+        "mode": "fast",
+        "min_match": 120,
+        "warmup": "-1min",
+    }
     for name, value in bad.items():
         body = {k: v for k, v in schemas[name].items() if k not in ("default", "title", "description")}
         with pytest.raises(jsonschema.ValidationError):
@@ -197,8 +249,13 @@ def test_param_schemas_validate_defaults_and_refuse_bad_single_values(rmi) -> No
 
 def test_human_duration() -> None:
     assert [human_duration(timedelta(seconds=s)) for s in (0, 90, 900, 3600, 86400, 0.5)] == [
-        "0s", "90s", "15min", "1h", "1d", "500ms",
-    ]  # fmt: skip
+        "0s",
+        "90s",
+        "15min",
+        "1h",
+        "1d",
+        "500ms",
+    ]
 
 
 def test_backfill_id_values_are_stable(rmi) -> None:  # type: ignore[no-untyped-def]
@@ -209,15 +266,41 @@ def test_backfill_id_values_are_stable(rmi) -> None:  # type: ignore[no-untyped-
 
 
 def test_the_table_names_what_design_md_names() -> None:
-    assert KEYS == tuple(f.name for f in fields(BackfillParams)) == (
-        "start", "end", "sources", "slice", "max_misalignment_threshold", "warmup", "tail", "mode", "dry_run",
-        "publish", "min_match", "allow_open_end", "ledger",
-    )  # fmt: skip
+    assert (
+        KEYS
+        == tuple(f.name for f in fields(BackfillParams))
+        == (
+            "start",
+            "end",
+            "sources",
+            "slice",
+            "max_misalignment_threshold",
+            "warmup",
+            "tail",
+            "mode",
+            "dry_run",
+            "publish",
+            "min_match",
+            "allow_open_end",
+            "ledger",
+        )
+    )
     assert sorted(p.name for p in CLI_PARAMS) == sorted(KEYS)
     assert [p.flag for p in CLI_PARAMS] == [
-        "--start", "--end", "--mode", "--slice", "--warmup", "--tail", "--max-misalignment", "--sources", "--dry-run",
-        "--no-publish", "--min-match", "--allow-open-end", "--ledger",
-    ]  # fmt: skip
+        "--start",
+        "--end",
+        "--mode",
+        "--slice",
+        "--warmup",
+        "--tail",
+        "--max-misalignment",
+        "--sources",
+        "--dry-run",
+        "--no-publish",
+        "--min-match",
+        "--allow-open-end",
+        "--ledger",
+    ]
     assert [p.name for p in PARAMS if p.identity is None] == ["dry_run", "publish", "min_match", "allow_open_end"]
 
 
@@ -228,14 +311,55 @@ def cli(argv: list[str]) -> dict[str, object]:
 
 
 def test_cli_flags_come_from_the_table(rmi) -> None:  # type: ignore[no-untyped-def]
-    assert cli(["--start", START, "--end", END]) == {"start": START, "end": END, "dry_run": False, "publish": True,
-                                                       "allow_open_end": False, "ledger": False}
-    raw = cli(["--start", START, "--end", END, "--mode", "parallel", "--slice", "30min", "--warmup", "0s", "--tail",
-               "1h", "--max-misalignment", "5min", "--sources", "playbacks", "--dry-run", "--no-publish",
-               "--min-match", "99.9", "--allow-open-end", "--ledger"])  # fmt: skip
-    assert raw == {"start": START, "end": END, "mode": "parallel", "slice": "30min", "warmup": "0s", "tail": "1h",
-                   "max_misalignment_threshold": "5min", "sources": "playbacks", "dry_run": True, "publish": False,
-                   "min_match": "99.9", "allow_open_end": True, "ledger": True}  # fmt: skip
+    assert cli(["--start", START, "--end", END]) == {
+        "start": START,
+        "end": END,
+        "dry_run": False,
+        "publish": True,
+        "allow_open_end": False,
+        "ledger": False,
+    }
+    raw = cli(
+        [
+            "--start",
+            START,
+            "--end",
+            END,
+            "--mode",
+            "parallel",
+            "--slice",
+            "30min",
+            "--warmup",
+            "0s",
+            "--tail",
+            "1h",
+            "--max-misalignment",
+            "5min",
+            "--sources",
+            "playbacks",
+            "--dry-run",
+            "--no-publish",
+            "--min-match",
+            "99.9",
+            "--allow-open-end",
+            "--ledger",
+        ]
+    )
+    assert raw == {
+        "start": START,
+        "end": END,
+        "mode": "parallel",
+        "slice": "30min",
+        "warmup": "0s",
+        "tail": "1h",
+        "max_misalignment_threshold": "5min",
+        "sources": "playbacks",
+        "dry_run": True,
+        "publish": False,
+        "min_match": "99.9",
+        "allow_open_end": True,
+        "ledger": True,
+    }
     p = parse_params(rmi, raw)
     assert parse_params(rmi, cli(to_argv(p))) == p
     assert parse_params(rmi, cli(to_argv(parse_params(rmi, {"start": START, "end": END})))).publishes
@@ -244,9 +368,23 @@ def test_cli_flags_come_from_the_table(rmi) -> None:  # type: ignore[no-untyped-
 def test_release_flags_are_those_of_the_backfill_id(rmi) -> None:  # type: ignore[no-untyped-def]
     p = parse_params(rmi, {"start": START, "end": END, "dry_run": True, "publish": False, "min_match": 50})
     assert to_argv(p, identity_only=True) == [
-        "--start", START, "--end", END, "--mode", "sequential", "--slice", "1h", "--warmup", "30min", "--tail", "15min",
-        "--max-misalignment", "15min", "--sources", "impressions,playbacks",
-    ]  # fmt: skip
+        "--start",
+        START,
+        "--end",
+        END,
+        "--mode",
+        "sequential",
+        "--slice",
+        "1h",
+        "--warmup",
+        "30min",
+        "--tail",
+        "15min",
+        "--max-misalignment",
+        "15min",
+        "--sources",
+        "impressions,playbacks",
+    ]
     again = parse_params(rmi, cli(to_argv(p, identity_only=True)))
     assert backfill_id(rmi, again) == backfill_id(rmi, p)
 
@@ -266,7 +404,10 @@ def test_every_field_has_its_own_title_and_help_naming_its_key(rmi) -> None:  # 
     schemas = param_schemas(rmi)
     titles = [schema["title"] for schema in schemas.values()]
     assert len(set(titles)) == len(titles) and all(t and t[0].isupper() for t in titles)
-    assert schemas["start"]["title"] == "Window start" and schemas["max_misalignment_threshold"]["title"] == "Max misalignment threshold"
+    assert (
+        schemas["start"]["title"] == "Window start"
+        and schemas["max_misalignment_threshold"]["title"] == "Max misalignment threshold"
+    )
     for name, schema in schemas.items():
         assert schema["description"].startswith(PARAMS[KEYS.index(name)].help), name
         assert schema["description"].endswith(f"Run conf key: {name}."), name

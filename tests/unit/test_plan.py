@@ -44,9 +44,16 @@ def sessions_cfg(lake_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_sequential_slices_cut_the_read_range_and_own_the_window(sessions_cfg: Any) -> None:
-    p = parse_params(sessions_cfg, {"start": at(1).isoformat(), "end": at(3).isoformat(), "warmup": "30min", "tail": "15min"})
+    p = parse_params(
+        sessions_cfg, {"start": at(1).isoformat(), "end": at(3).isoformat(), "warmup": "30min", "tail": "15min"}
+    )
     bounds = slice_bounds(p)
-    assert [(r0, r1) for r0, r1, _, _ in bounds] == [(at(0, 30), at(1)), (at(1), at(2)), (at(2), at(3)), (at(3), at(3, 15))]
+    assert [(r0, r1) for r0, r1, _, _ in bounds] == [
+        (at(0, 30), at(1)),
+        (at(1), at(2)),
+        (at(2), at(3)),
+        (at(3), at(3, 15)),
+    ]
     assert {(o0, o1) for _, _, o0, o1 in bounds} == {(at(1), at(3))}
 
 

@@ -37,7 +37,12 @@ def test_too_many_slices_are_refused_before_any_lock(
 ) -> None:
     config = write_job_config(tmp_path, catalog_props)
     seed_sessions_incident(catalog)
-    err = refused(capsys, catalog, config, ["--start", INCIDENT_START.isoformat(), "--end", "2027-11-01T00:00:00Z", "--slice", "1h"])
+    err = refused(
+        capsys,
+        catalog,
+        config,
+        ["--start", INCIDENT_START.isoformat(), "--end", "2027-11-01T00:00:00Z", "--slice", "1h"],
+    )
     assert "backfill parameter slice: 1h cuts the window" in err and f"at most {MAX_SLICES} are allowed" in err, err
     assert "use a slice of at least 9h" in err, err
     assert not (tmp_path / "checkpoints").exists()
@@ -53,7 +58,9 @@ def test_an_unwritable_checkpoint_root_is_refused_before_any_lock(
     raw["job"]["checkpoint_root"] = str(blocker / "checkpoints")
     config.write_text(yaml.safe_dump(raw))
     seed_sessions_incident(catalog)
-    code = main(["backfill", "--config", str(config), "--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()])
+    code = main(
+        ["backfill", "--config", str(config), "--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()]
+    )
     _, err = capsys.readouterr()
     assert code == 2, err
     assert f"job.checkpoint_root: {str(blocker / 'checkpoints')!r} cannot be written" in err, err

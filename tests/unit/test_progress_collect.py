@@ -18,10 +18,19 @@ def log_lines(run_id: str, rows: list[int]) -> list[str]:
     """An event log as Spark writes it: start, environment (with the run id), one progress per batch."""
     lines = [
         json.dumps({"Event": "SparkListenerLogStart", "Spark Version": "4.2.0"}),
-        json.dumps({"Event": "SparkListenerEnvironmentUpdate", "Spark Properties": {RUN_ID: run_id, "spark.app.name": "x"}}, separators=(",", ":")),
+        json.dumps(
+            {"Event": "SparkListenerEnvironmentUpdate", "Spark Properties": {RUN_ID: run_id, "spark.app.name": "x"}},
+            separators=(",", ":"),
+        ),
     ]
     for batch, n in enumerate(rows):
-        progress = {"name": "q", "batchId": batch, "batchDuration": 100, "sources": [{"numInputRows": n}], "sink": {"numOutputRows": n}}
+        progress = {
+            "name": "q",
+            "batchId": batch,
+            "batchDuration": 100,
+            "sources": [{"numInputRows": n}],
+            "sink": {"numOutputRows": n},
+        }
         lines.append(json.dumps({"Event": PROGRESS_EVENT, "progress": progress}))
     return lines
 
@@ -35,7 +44,9 @@ def test_the_runs_progress_is_found_by_run_id_among_other_logs(tmp_path: Path, l
     if layout == "plain":
         (history / "app-1-0001").write_text("\n".join(ours) + "\n")
     elif layout == "zstd":
-        (history / "app-1-0001.zstd").write_bytes(zstandard.ZstdCompressor().compress(("\n".join(ours) + "\n").encode()))
+        (history / "app-1-0001.zstd").write_bytes(
+            zstandard.ZstdCompressor().compress(("\n".join(ours) + "\n").encode())
+        )
     else:  # Spark rolls: the environment is in the first file only; events_10 sorts before events_2 by name
         folder = history / "eventlog_v2_app-1-0001"
         folder.mkdir()
@@ -54,9 +65,14 @@ def test_older_logs_and_other_codecs(tmp_path: Path) -> None:
     history = tmp_path / "history"
     history.mkdir()
     (history / "app-1-0001").write_text("\n".join(log_lines("run-ours", [1])) + "\n")
-    assert collect_progress(str(history), "run-ours", tmp_path / "a", since=time.time() + 3600) == 0  # older than the run
+    assert (
+        collect_progress(str(history), "run-ours", tmp_path / "a", since=time.time() + 3600) == 0
+    )  # older than the run
     (history / "app-1-0002.lz4").write_bytes(b"\x04\x22\x4d\x18")  # another codec: ours may be that one
-    with pytest.raises(ValueError, match=r"run run-lz4 not found in .*app-1-0002.lz4: event log compressed with lz4; readable: plain or zstd"):
+    with pytest.raises(
+        ValueError,
+        match=r"run run-lz4 not found in .*app-1-0002.lz4: event log compressed with lz4; readable: plain or zstd",
+    ):
         collect_progress(str(history), "run-lz4", tmp_path / "b", since=time.time() - 60)
     # found among logs it cannot read: those are other applications'
     assert collect_progress(str(history), "run-ours", tmp_path / "c", since=time.time() - 60) == 1

@@ -31,7 +31,10 @@ def _path(uri: str) -> Path:
 
 def _files(table: Any) -> dict[str, str]:
     """Data files of the current snapshot -> sha256 of their bytes."""
-    return {t.file.file_path: hashlib.sha256(_path(t.file.file_path).read_bytes()).hexdigest() for t in table.scan().plan_files()}
+    return {
+        t.file.file_path: hashlib.sha256(_path(t.file.file_path).read_bytes()).hexdigest()
+        for t in table.scan().plan_files()
+    }
 
 
 def _stage(catalog: Any, rows: list[dict[str, Any]], slice_id: str = "s1") -> str:
@@ -50,12 +53,18 @@ def test_publish_replaces_the_window_in_one_commit_and_leaves_other_files_byte_i
     target = create_summary_table(catalog, TARGET)  # partitioned by hour(window_start)
     for rows in (BEFORE, INSIDE, AFTER):
         target.append(summary_table(rows))
-    outside_files = {p: h for p, h in _files(target).items() if "window_hour=2026-11-01-01" not in p and "window_hour=2026-11-01-02" not in p}
+    outside_files = {
+        p: h
+        for p, h in _files(target).items()
+        if "window_hour=2026-11-01-01" not in p and "window_hour=2026-11-01-02" not in p
+    }
     assert len(outside_files) == 2
     metadata_log = len(target.metadata.metadata_log)
     staging = [_stage(catalog, STAGED[:2]), _stage(catalog, STAGED[2:], "s2")]
 
-    result = publish_window(catalog, TARGET, staging, "window_start", START, END, snapshot_properties={"kappa.backfill-id": "bf"})
+    result = publish_window(
+        catalog, TARGET, staging, "window_start", START, END, snapshot_properties={"kappa.backfill-id": "bf"}
+    )
 
     after = catalog.load_table(TARGET)
     assert sorted_rows(after) == sorted_rows(summary_table(BEFORE + AFTER + STAGED))
@@ -177,10 +186,17 @@ def _staged_paths(catalog: Any, staging: list[str]) -> set[str]:
 
 
 def _window_files(table: Any) -> set[str]:
-    return {t.file.file_path for t in table.scan(row_filter=f"window_start >= '{START.isoformat()}' and window_start < '{END.isoformat()}'").plan_files()}
+    return {
+        t.file.file_path
+        for t in table.scan(
+            row_filter=f"window_start >= '{START.isoformat()}' and window_start < '{END.isoformat()}'"
+        ).plan_files()
+    }
 
 
-def test_publish_commits_the_staged_files_by_reference_and_writes_no_parquet(catalog: Any, catalog_props: dict[str, str]) -> None:
+def test_publish_commits_the_staged_files_by_reference_and_writes_no_parquet(
+    catalog: Any, catalog_props: dict[str, str]
+) -> None:
     target = create_summary_table(catalog, TARGET)  # partitioned by hour: every target file is inside or outside
     for rows in (BEFORE, INSIDE, AFTER):
         target.append(summary_table(rows))
@@ -235,7 +251,9 @@ def test_republishing_a_published_backfill_stays_exact(catalog: Any) -> None:
     assert sorted_rows(catalog.load_table(TARGET)) == sorted_rows(summary_table(BEFORE + AFTER + STAGED))
 
 
-def test_a_failed_publish_by_reference_leaves_the_staged_files_and_the_target(catalog: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_publish_by_reference_leaves_the_staged_files_and_the_target(
+    catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import airflow_provider_kappa.backfill.publish as publish_module
 
     create_summary_table(catalog, TARGET)
@@ -250,7 +268,9 @@ def test_a_failed_publish_by_reference_leaves_the_staged_files_and_the_target(ca
     monkeypatch.setattr(publish_module, "staged_files", staged_after_a_live_commit_in_the_window)
     with pytest.raises(KappaSinkError, match="conflicted 1 time"):
         publish_window(catalog, TARGET, staging, "window_start", START, END, max_attempts=1)
-    assert sorted_rows(catalog.load_table(TARGET)) == sorted_rows(summary_table(BEFORE + INSIDE + [summary_row(90, 8, 80)]))
+    assert sorted_rows(catalog.load_table(TARGET)) == sorted_rows(
+        summary_table(BEFORE + INSIDE + [summary_row(90, 8, 80)])
+    )
     assert sorted_rows(catalog.load_table(staging[0])) == sorted_rows(summary_table(STAGED))  # staged files intact
     monkeypatch.undo()
     result = publish_window(catalog, TARGET, staging, "window_start", START, END, max_attempts=2)
@@ -258,7 +278,9 @@ def test_a_failed_publish_by_reference_leaves_the_staged_files_and_the_target(ca
     assert sorted_rows(catalog.load_table(TARGET)) == sorted_rows(summary_table(BEFORE + STAGED))
 
 
-def test_staging_of_an_older_target_spec_is_written_again_in_the_target_spec(catalog: Any, catalog_props: dict[str, str]) -> None:
+def test_staging_of_an_older_target_spec_is_written_again_in_the_target_spec(
+    catalog: Any, catalog_props: dict[str, str]
+) -> None:
     from pyiceberg.transforms import IdentityTransform
 
     target = create_summary_table(catalog, TARGET)

@@ -36,7 +36,9 @@ def summary_rows(minutes: range, plays: Any = lambda m: 3, shows: int = 2) -> li
 def arrow(rows: list[dict[str, Any]]) -> Any:
     import pyarrow as pa
 
-    schema = pa.schema([("window_start", pa.timestamp("us", tz="UTC")), ("show_id", pa.int64()), ("attributed_plays", pa.int64())])
+    schema = pa.schema(
+        [("window_start", pa.timestamp("us", tz="UTC")), ("show_id", pa.int64()), ("attributed_plays", pa.int64())]
+    )
     return pa.Table.from_pylist(rows, schema=schema)
 
 
@@ -48,12 +50,22 @@ def incident_report(hours: int = 6) -> Any:
     def hit(r: dict[str, Any]) -> bool:
         return T0 + timedelta(hours=2) <= r["window_start"] < T0 + timedelta(hours=3)
 
-    live = [r for r in backfill if not hit(r)] + [{**r, "attributed_plays": 99} for r in backfill if hit(r) and r["show_id"] == 1]
-    live = [{**r, "attributed_plays": 7} if r["window_start"] == T0 + timedelta(hours=4) and r["show_id"] == 0 else r for r in live]
+    live = [r for r in backfill if not hit(r)] + [
+        {**r, "attributed_plays": 99} for r in backfill if hit(r) and r["show_id"] == 1
+    ]
+    live = [
+        {**r, "attributed_plays": 7} if r["window_start"] == T0 + timedelta(hours=4) and r["show_id"] == 0 else r
+        for r in live
+    ]
     return build_report(
-        target_table="prod.summary", staging=["kappa_staging.s0"], time_column="window_start",
-        start=T0, end=T0 + timedelta(hours=hours), staged=arrow(backfill), target=arrow(live),
-    )  # fmt: skip
+        target_table="prod.summary",
+        staging=["kappa_staging.s0"],
+        time_column="window_start",
+        start=T0,
+        end=T0 + timedelta(hours=hours),
+        staged=arrow(backfill),
+        target=arrow(live),
+    )
 
 
 def svgs(page: str) -> list[ET.Element]:
@@ -67,7 +79,9 @@ def tick_labels(svg: ET.Element) -> list[rp.Label]:
     out = []
     for t in svg.iter(f"{NS}text"):
         if "tick" in (t.get("class") or "").split():
-            out.append(rp.Label(t.text or "", float(t.get("x", 0)), float(t.get("y", 0)), t.get("text-anchor") or "start"))
+            out.append(
+                rp.Label(t.text or "", float(t.get("x", 0)), float(t.get("y", 0)), t.get("text-anchor") or "start")
+            )
     return out
 
 
@@ -89,8 +103,15 @@ def test_window_counts_find_the_jobs_grid_and_the_incident() -> None:
     assert w is not None and w.grid and w.step_seconds == 300 and w.first == T0.isoformat()
     assert len(w.staged) == 72 and sum(w.staged) == report.staged_rows and sum(w.target) == report.target_rows
     assert w.differing() == [*range(24, 36), 48]  # [02:00, 03:00): 12 windows of 5 minutes, and 04:00
-    assert all(w.staged[i] == 2 and w.target[i] == 1 and w.only_staged[i] == 2 and w.only_target[i] == 1 for i in range(24, 36))
-    assert (w.staged[48], w.target[48], w.only_staged[48], w.only_target[48]) == (2, 2, 1, 1)  # equal counts, a row differs
+    assert all(
+        w.staged[i] == 2 and w.target[i] == 1 and w.only_staged[i] == 2 and w.only_target[i] == 1 for i in range(24, 36)
+    )
+    assert (w.staged[48], w.target[48], w.only_staged[48], w.only_target[48]) == (
+        2,
+        2,
+        1,
+        1,
+    )  # equal counts, a row differs
     assert "output windows of 5 min: 72, differing: 13" in report.to_text()
 
 
@@ -101,17 +122,30 @@ def test_values_on_no_grid_and_too_many_values_fall_back_to_round_buckets() -> N
     at = [T0 + timedelta(microseconds=rnd.randrange(2 * 3600 * SECOND)) for _ in range(500)]
     rows = [{"window_start": t, "show_id": 1, "attributed_plays": 1} for t in at]
     report = build_report(
-        target_table="t", staging=[], time_column="window_start", start=T0, end=T0 + timedelta(hours=2),
-        staged=arrow(rows), target=arrow(rows[:400]),
-    )  # fmt: skip
+        target_table="t",
+        staging=[],
+        time_column="window_start",
+        start=T0,
+        end=T0 + timedelta(hours=2),
+        staged=arrow(rows),
+        target=arrow(rows[:400]),
+    )
     w = report.windows
     assert w is not None and not w.grid and w.step_seconds * SECOND == round_step(2 * HOUR / BUCKETS)
     assert sum(w.staged) == 500 and sum(w.target) == 400
-    many = [{"window_start": T0 + timedelta(seconds=i), "show_id": 1, "attributed_plays": 1} for i in range(MAX_DISTINCT + 5)]
+    many = [
+        {"window_start": T0 + timedelta(seconds=i), "show_id": 1, "attributed_plays": 1}
+        for i in range(MAX_DISTINCT + 5)
+    ]
     w = build_report(
-        target_table="t", staging=[], time_column="window_start", start=T0, end=T0 + timedelta(days=1),
-        staged=arrow(many), target=arrow(many),
-    ).windows  # fmt: skip
+        target_table="t",
+        staging=[],
+        time_column="window_start",
+        start=T0,
+        end=T0 + timedelta(days=1),
+        staged=arrow(many),
+        target=arrow(many),
+    ).windows
     assert w is not None and not w.grid and len(w.staged) <= BUCKETS + 1 and sum(w.staged) == MAX_DISTINCT + 5
 
 
@@ -121,7 +155,11 @@ def test_streamed_validation_counts_the_same_windows_as_the_in_memory_one(catalo
     from airflow_provider_kappa.spark.staging import ensure_staging_table, staging_table_name
 
     backfill = [{**r, "window_end": r["window_start"] + timedelta(minutes=5)} for r in summary_rows(range(0, 180, 5))]
-    live = [r for r in backfill if r["window_start"] < T0 + timedelta(minutes=60) or r["window_start"] >= T0 + timedelta(minutes=90)]
+    live = [
+        r
+        for r in backfill
+        if r["window_start"] < T0 + timedelta(minutes=60) or r["window_start"] >= T0 + timedelta(minutes=90)
+    ]
     target = create_summary_table(catalog, "prod.summary")
     schema = target.schema().as_arrow()
     import pyarrow as pa
@@ -129,7 +167,9 @@ def test_streamed_validation_counts_the_same_windows_as_the_in_memory_one(catalo
     target.append(pa.Table.from_pylist(live, schema=schema))
     staging = staging_table_name("prod.summary", "bf", "s0")
     ensure_staging_table(catalog, "prod.summary", staging).append(pa.Table.from_pylist(backfill, schema=schema))
-    streamed = validate_window(catalog, "prod.summary", [staging], "window_start", T0, T0 + timedelta(hours=3), batch_rows=7)
+    streamed = validate_window(
+        catalog, "prod.summary", [staging], "window_start", T0, T0 + timedelta(hours=3), batch_rows=7
+    )
     assert streamed.windows is not None and streamed.windows.grid and streamed.windows.step_seconds == 300
     assert streamed.windows.differing() == list(range(12, 18))
     assert [streamed.windows.staged[i] - streamed.windows.target[i] for i in range(12, 18)] == [2] * 6
@@ -139,16 +179,34 @@ def test_streamed_validation_counts_the_same_windows_as_the_in_memory_one(catalo
 def test_page_shows_the_numbers_and_shades_the_incident_windows() -> None:
     report = incident_report()
     slices = [
-        rp.SliceRun(f"s000{i}", (T0 + timedelta(hours=2 * i)).isoformat(), (T0 + timedelta(hours=2 * i + 2)).isoformat(),
-                    T0.isoformat(), (T0 + timedelta(hours=6)).isoformat(), done=True, rows_read=1000 * (i + 1), batches=4,
-                    seconds=10.0, watermark=(T0 + timedelta(hours=2 * i + 1, minutes=50)).isoformat(),
-                    started=to_micros(T0) + i * 12 * SECOND, ended=to_micros(T0) + (i * 12 + 10) * SECOND)  # fmt: skip
+        rp.SliceRun(
+            f"s000{i}",
+            (T0 + timedelta(hours=2 * i)).isoformat(),
+            (T0 + timedelta(hours=2 * i + 2)).isoformat(),
+            T0.isoformat(),
+            (T0 + timedelta(hours=6)).isoformat(),
+            done=True,
+            rows_read=1000 * (i + 1),
+            batches=4,
+            seconds=10.0,
+            watermark=(T0 + timedelta(hours=2 * i + 1, minutes=50)).isoformat(),
+            started=to_micros(T0) + i * 12 * SECOND,
+            ended=to_micros(T0) + (i * 12 + 10) * SECOND,
+        )
         for i in range(3)
     ]
     page = rp.BackfillReportPage(
-        "rmi-abc", "rmi", T0.isoformat(), (T0 + timedelta(hours=6)).isoformat(), "sequential", "2h", 99.9, True,
-        sinks={"summary": report.to_dict()}, slices=slices,
-    ).render()  # fmt: skip
+        "rmi-abc",
+        "rmi",
+        T0.isoformat(),
+        (T0 + timedelta(hours=6)).isoformat(),
+        "sequential",
+        "2h",
+        99.9,
+        True,
+        sinks={"summary": report.to_dict()},
+        slices=slices,
+    ).render()
     assert f"{report.match_rate:.3f}%" in page and "13 / 72" in page and "3/3" in page
     assert f"{report.target_rows:,}" in page and f"{report.staged_rows:,}" in page
     assert "2026-11-01 02:00:00–03:00:00" in page  # the run of differing windows, listed
@@ -195,18 +253,31 @@ def test_slice_runs_are_read_back_from_the_checkpoint_store(tmp_path: Path, monk
 
     store = CheckpointStore(str(tmp_path / "bf"))
     slices = tuple(
-        SlicePlan("bf", "parallel", i, 2, f"s000{i}", T0 + i * timedelta(hours=1), T0 + (i + 1) * timedelta(hours=1),
-                  T0 + i * timedelta(hours=1), T0 + (i + 1) * timedelta(hours=1), {})  # fmt: skip
+        SlicePlan(
+            "bf",
+            "parallel",
+            i,
+            2,
+            f"s000{i}",
+            T0 + i * timedelta(hours=1),
+            T0 + (i + 1) * timedelta(hours=1),
+            T0 + i * timedelta(hours=1),
+            T0 + (i + 1) * timedelta(hours=1),
+            {},
+        )
         for i in range(2)
     )
     epoch = store.new_epoch("s0000")
     store.start_parallel("s0000", epoch)
     metrics = {"slice_id": "s0000", "rows_read": 500, "seconds": 5.0, "batches": 2, "watermark": "2026-11-01T00:50:00Z"}
     store.finish_parallel("s0000", metrics, epoch)
-    store.record_progress("s0000", [
-        {"timestamp": "2026-11-26T10:00:01.000Z", "batchDuration": 1500},
-        {"timestamp": "2026-11-26T10:00:03.000Z", "batchDuration": 2000},
-    ])  # fmt: skip
+    store.record_progress(
+        "s0000",
+        [
+            {"timestamp": "2026-11-26T10:00:01.000Z", "batchDuration": 1500},
+            {"timestamp": "2026-11-26T10:00:03.000Z", "batchDuration": 2000},
+        ],
+    )
     runs = rp.slice_runs(store, BackfillPlan("bf", "parallel", slices))
     assert [r.done for r in runs] == [True, False]
     end = to_micros(datetime(2026, 11, 26, 10, 0, 5, tzinfo=timezone.utc))
@@ -224,7 +295,9 @@ def test_report_link_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     from airflow_provider_kappa.operators import links
 
     monkeypatch.setenv("KAPPA_LAKE", str(tmp_path))
-    bf = Backfill.create(load_config(EXAMPLES / "rmi" / "kappa.yaml"), {"start": "2026-11-01T01:00:00Z", "end": "2026-11-01T02:00:00Z"})
+    bf = Backfill.create(
+        load_config(EXAMPLES / "rmi" / "kappa.yaml"), {"start": "2026-11-01T01:00:00Z", "end": "2026-11-01T02:00:00Z"}
+    )
     path = tmp_path / "checkpoints" / "rmi" / "backfill" / bf.id / "report.html"
     assert bf.store().report_file() == str(path)
     assert links.report_url(bf) == path.as_uri()
@@ -233,7 +306,9 @@ def test_report_link_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("AIRFLOW__KAPPA__SPARK_HISTORY_URL", "http://history:18080/?app={app_name}")
     assert links.spark_finished_url(bf, "s0001") == f"http://history:18080/?app=kappa-rmi-{bf.id}-s0001"
     monkeypatch.setenv("AIRFLOW__KAPPA__SPARK_UI_URL", "http://proxy/{nope}")
-    with pytest.raises(KappaConfigError, match=r"\[kappa\] spark_ui_url: 'http://proxy/\{nope\}' has a bad placeholder"):
+    with pytest.raises(
+        KappaConfigError, match=r"\[kappa\] spark_ui_url: 'http://proxy/\{nope\}' has a bad placeholder"
+    ):
         links.spark_ui_url(bf, "s0001")
 
 
@@ -252,8 +327,12 @@ def test_demo_report_text_and_html_use_the_shared_drawing(tmp_path: Path) -> Non
     page = report.write_html(tmp_path / "r" / "report.html").read_text()
     charts = svgs(page)
     assert [c.get("class") for c in charts] == ["chart windows", "chart bars"]
-    bands = [(r.get("data-start"), r.get("data-end")) for r in charts[0].iter(f"{NS}rect") if r.get("class") == "diff-band"]
-    assert bands == [("2026-11-01T02:00:00+00:00", "2026-11-01T03:00:00+00:00")]  # the hour in between is empty on both sides
+    bands = [
+        (r.get("data-start"), r.get("data-end")) for r in charts[0].iter(f"{NS}rect") if r.get("class") == "diff-band"
+    ]
+    assert bands == [
+        ("2026-11-01T02:00:00+00:00", "2026-11-01T03:00:00+00:00")
+    ]  # the hour in between is empty on both sides
     assert rp.CSS in page and "2026-11-01T00:50:00" in page and "2 rows differ" in page
     for chart in charts:
         assert overlaps(tick_labels(chart)) == []
@@ -262,12 +341,26 @@ def test_demo_report_text_and_html_use_the_shared_drawing(tmp_path: Path) -> Non
 
 def test_an_empty_window_and_a_refused_backfill_still_render() -> None:
     empty = build_report(
-        target_table="t", staging=[], time_column="window_start", start=T0, end=T0 + timedelta(days=3),
-        staged=arrow([]), target=arrow(summary_rows(range(0, 60, 5))),
-    )  # fmt: skip
+        target_table="t",
+        staging=[],
+        time_column="window_start",
+        start=T0,
+        end=T0 + timedelta(days=3),
+        staged=arrow([]),
+        target=arrow(summary_rows(range(0, 60, 5))),
+    )
     empty.warnings = ["a source has rows with a null ingestion time"]
-    page = rp.BackfillReportPage("bf", "rmi", T0.isoformat(), (T0 + timedelta(days=3)).isoformat(), "sequential", "1d", 99.0, True,
-                                 sinks={"summary": empty.to_dict()}).render()  # fmt: skip
+    page = rp.BackfillReportPage(
+        "bf",
+        "rmi",
+        T0.isoformat(),
+        (T0 + timedelta(days=3)).isoformat(),
+        "sequential",
+        "1d",
+        99.0,
+        True,
+        sinks={"summary": empty.to_dict()},
+    ).render()
     assert "0.000%" in page and "no slice has run" in page and "a source has rows with a null ingestion time" in page
     charts = svgs(page)
     assert [c.get("class") for c in charts] == ["chart windows", "chart timeline"]

@@ -106,9 +106,7 @@ def test_the_same_step_succeeds_once_the_lock_is_gone(job: Path, lake_dir: Path)
         ({"type": "no-such-catalog-type", "uri": "sqlite:///x.db"}, "cannot be loaded"),
     ],
 )
-def test_a_bad_catalog_property_stays_permanent(
-    tmp_path: Path, job: Path, props: dict[str, str], reason: str
-) -> None:
+def test_a_bad_catalog_property_stays_permanent(tmp_path: Path, job: Path, props: dict[str, str], reason: str) -> None:
     (tmp_path / "bad").mkdir()
     bad = write_job_config(tmp_path / "bad", props)
     with pytest.raises(AirflowFailException, match=reason) as err:

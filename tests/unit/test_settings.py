@@ -64,11 +64,17 @@ def test_slice_round_trip(tmp_path: Path) -> None:
     )
     s = load_settings(slice_conf(cfg, run, tmp_path / "c.json"))
     assert s.mode == "backfill" and s.trigger == AVAILABLE_NOW and s.backfill_id == "b1"
-    assert (s.read_start, s.read_end, s.max_misalignment_threshold) == (t0, t0 + timedelta(hours=1), timedelta(minutes=15))
+    assert (s.read_start, s.read_end, s.max_misalignment_threshold) == (
+        t0,
+        t0 + timedelta(hours=1),
+        timedelta(minutes=15),
+    )
     assert list(s.sources) == ["playbacks"]
     pb = s.source("playbacks")
     assert isinstance(pb, IcebergSourceSettings) and pb.snapshot_id == 22 and pb.plan_file is None
-    planned = load_settings(slice_conf(cfg, replace(run, file_lists={"backfill-playbacks": "/ck/plans/s003/p.json"}), tmp_path / "c.json"))
+    planned = load_settings(
+        slice_conf(cfg, replace(run, file_lists={"backfill-playbacks": "/ck/plans/s003/p.json"}), tmp_path / "c.json")
+    )
     assert planned.source("playbacks").plan_file == "/ck/plans/s003/p.json"  # type: ignore[union-attr]
     sink = s.sink("summary")
     assert (sink.write_table, sink.slice_id) == ("kappa_staging.x", "s003")
@@ -87,17 +93,36 @@ def test_slice_round_trip(tmp_path: Path) -> None:
     [
         ({}, r"no spark.kappa.\* keys"),
         ({"spark.kappa.mode": "replay"}, r"spark.kappa.mode: 'replay'; allowed"),
-        ({"spark.kappa.mode": "backfill", "spark.kappa.job": "j", "spark.kappa.checkpoint": "/c"}, r"read.start and spark.kappa.read.end are required"),
         (
-            {"spark.kappa.mode": "live", "spark.kappa.job": "j", "spark.kappa.checkpoint": "/c", "spark.kappa.source.a.type": "iceberg", "spark.kappa.source.a.catalog": "lake"},
+            {"spark.kappa.mode": "backfill", "spark.kappa.job": "j", "spark.kappa.checkpoint": "/c"},
+            r"read.start and spark.kappa.read.end are required",
+        ),
+        (
+            {
+                "spark.kappa.mode": "live",
+                "spark.kappa.job": "j",
+                "spark.kappa.checkpoint": "/c",
+                "spark.kappa.source.a.type": "iceberg",
+                "spark.kappa.source.a.catalog": "lake",
+            },
             r"spark.kappa.source.a.table: missing",
         ),
         (
-            {"spark.kappa.mode": "live", "spark.kappa.job": "j", "spark.kappa.checkpoint": "/c", "spark.kappa.source.a.type": "kinesis"},
+            {
+                "spark.kappa.mode": "live",
+                "spark.kappa.job": "j",
+                "spark.kappa.checkpoint": "/c",
+                "spark.kappa.source.a.type": "kinesis",
+            },
             r"spark.kappa.source.a.type: 'kinesis'",
         ),
         (
-            {"spark.kappa.mode": "live", "spark.kappa.job": "j", "spark.kappa.checkpoint": "/c", "spark.kappa.read.start": "2026-01-01T00:00:00"},
+            {
+                "spark.kappa.mode": "live",
+                "spark.kappa.job": "j",
+                "spark.kappa.checkpoint": "/c",
+                "spark.kappa.read.start": "2026-01-01T00:00:00",
+            },
             r"read.start: '2026-01-01T00:00:00' is a naive timestamp",
         ),
         ({"spark.kappa.mode": "live", "spark.kappa.checkpoint": "/c"}, r"spark.kappa.job: missing"),
@@ -132,9 +157,18 @@ def test_an_iceberg_read_is_written_and_read_back_the_same_through_conf_and_opti
 
     start, end = 1_790_000_000_000_000, 1_790_003_600_000_000
     spec = IcebergReadSpec(
-        "lake", "raw.e", "ingestion_ts", mode=BOUNDED, snapshot_id=5, read_start_micros=start, read_end_micros=end,
-        threshold_micros=900_000_000, plan_file="/ck/plans/s0/e.json", max_files_per_batch=3, options={"x": "y"},
-    )  # fmt: skip
+        "lake",
+        "raw.e",
+        "ingestion_ts",
+        mode=BOUNDED,
+        snapshot_id=5,
+        read_start_micros=start,
+        read_end_micros=end,
+        threshold_micros=900_000_000,
+        plan_file="/ck/plans/s0/e.json",
+        max_files_per_batch=3,
+        options={"x": "y"},
+    )
     assert IcebergReadSpec.from_options(spec.to_options()) == spec
     conf = {
         "spark.kappa.mode": "backfill",
@@ -148,11 +182,23 @@ def test_an_iceberg_read_is_written_and_read_back_the_same_through_conf_and_opti
     back = IcebergReadSpec.from_conf("events", conf)
     assert back == replace(spec, align_with=(spec.aligned(),))
     assert json.loads(back.to_options()["align_with"]) == [
-        {"catalog": "lake", "table": "raw.e", "ingestion_column": "ingestion_ts", "snapshot_id": 5, "plan_file": "/ck/plans/s0/e.json"}
+        {
+            "catalog": "lake",
+            "table": "raw.e",
+            "ingestion_column": "ingestion_ts",
+            "snapshot_id": 5,
+            "plan_file": "/ck/plans/s0/e.json",
+        }
     ]
     # live: the run's range, snapshot and file list do not apply to a tailing read
     live = IcebergReadSpec.from_conf("events", {**conf, "spark.kappa.mode": "live"})
-    assert (live.mode, live.snapshot_id, live.read_start_micros, live.plan_file, live.align_with) == (TAIL, None, None, None, ())
+    assert (live.mode, live.snapshot_id, live.read_start_micros, live.plan_file, live.align_with) == (
+        TAIL,
+        None,
+        None,
+        None,
+        (),
+    )
     with pytest.raises(KappaConfigError, match=r"spark.kappa.source.events.snapshot_id: 'x' is not an integer"):
         IcebergReadSpec.from_conf("events", {**conf, "spark.kappa.source.events.snapshot_id": "x"})
     with pytest.raises(KappaConfigError, match=r"option max_rows_per_batch='0' must be >= 1"):

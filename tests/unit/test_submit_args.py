@@ -35,10 +35,26 @@ DEFAULTS = {
 }
 
 JOB: dict[str, Any] = {
-    "job": {"name": "rmi", "application": "job.py", "checkpoint_root": "/ckpt", "spark_conf": {"spark.sql.shuffle.partitions": "8"}},
-    "catalogs": {"lake": {"type": "sql", "uri": "sqlite:////tmp/c.db", "warehouse": "file:///tmp/w", "credential": "s3cr3t"}},
-    "sources": {"impressions": {"type": "iceberg", "catalog": "lake", "table": "raw.impressions", "ingestion_column": "ingestion_ts"}},
-    "sinks": {"summary": {"type": "iceberg", "catalog": "lake", "table": "prod.summary", "time_column": "window_start"}},
+    "job": {
+        "name": "rmi",
+        "application": "job.py",
+        "checkpoint_root": "/ckpt",
+        "spark_conf": {"spark.sql.shuffle.partitions": "8"},
+    },
+    "catalogs": {
+        "lake": {"type": "sql", "uri": "sqlite:////tmp/c.db", "warehouse": "file:///tmp/w", "credential": "s3cr3t"}
+    },
+    "sources": {
+        "impressions": {
+            "type": "iceberg",
+            "catalog": "lake",
+            "table": "raw.impressions",
+            "ingestion_column": "ingestion_ts",
+        }
+    },
+    "sinks": {
+        "summary": {"type": "iceberg", "catalog": "lake", "table": "prod.summary", "time_column": "window_start"}
+    },
 }
 
 
@@ -56,13 +72,17 @@ def run_conf(tmp_path: Path, **job: Any) -> dict[str, str]:
 
 def args_for(conf: dict[str, str], master: str, deploy_mode: str | None = None, **kw: Any) -> SubmitArgs:
     kw.setdefault("defaults", DEFAULTS)
-    return submit_args(conf, master=master, deploy_mode=deploy_mode, python=PY, environ=ENVIRON, venv_bin=VENV_BIN, **kw)
+    return submit_args(
+        conf, master=master, deploy_mode=deploy_mode, python=PY, environ=ENVIRON, venv_bin=VENV_BIN, **kw
+    )
 
 
 def no_secret(args: SubmitArgs) -> None:
     text = repr(args)
     assert "s3cr3t" not in text, "a catalog credential reached the spark-submit conf or environment"
-    assert not any(k.startswith("spark.kappa.submit.") or k in (PROGRESS_DIR, "spark.kappa.catalogs.ship") for k in args.conf)
+    assert not any(
+        k.startswith("spark.kappa.submit.") or k in (PROGRESS_DIR, "spark.kappa.catalogs.ship") for k in args.conf
+    )
 
 
 def test_local_master_runs_this_interpreter_and_keeps_the_platform_defaults(tmp_path: Path) -> None:
@@ -70,12 +90,20 @@ def test_local_master_runs_this_interpreter_and_keeps_the_platform_defaults(tmp_
     args = args_for(conf, "local[*]", defaults={})
     assert args.deploy_mode == "client"
     assert args.conf["spark.pyspark.python"] == args.conf["spark.pyspark.driver.python"] == PY
-    assert args.local_env == {"PATH": f"{VENV_BIN}:/usr/bin", "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": PY, "PYSPARK_DRIVER_PYTHON": PY}
+    assert args.local_env == {
+        "PATH": f"{VENV_BIN}:/usr/bin",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": PY,
+        "PYSPARK_DRIVER_PYTHON": PY,
+    }
     assert "spark.files" not in args.conf  # a local driver reads the catalogs file where it is
     events = conf[PROGRESS_DIR]
     assert (args.event_log_dir, args.user_event_log) == (events, False)
     assert {k: args.conf[k] for k in ("spark.eventLog.enabled", "spark.eventLog.dir", "spark.eventLog.compress")} == {
-        "spark.eventLog.enabled": "true", "spark.eventLog.dir": events, "spark.eventLog.compress": "false"}  # fmt: skip
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": events,
+        "spark.eventLog.compress": "false",
+    }
     no_secret(args)
 
 
@@ -103,10 +131,21 @@ def test_standalone_client_driver_here_executors_on_the_platform_python(tmp_path
 
 
 def test_users_python_wins_on_every_mode(tmp_path: Path) -> None:
-    conf = run_conf(tmp_path, spark_conf={"spark.pyspark.python": "/opt/py/bin/python3", "spark.pyspark.driver.python": "/usr/bin/python3"})
-    for master, mode in (("local[2]", None), ("spark://h:7077", "client"), ("yarn", "cluster"), ("k8s://https://k:6443", "cluster")):
+    conf = run_conf(
+        tmp_path,
+        spark_conf={"spark.pyspark.python": "/opt/py/bin/python3", "spark.pyspark.driver.python": "/usr/bin/python3"},
+    )
+    for master, mode in (
+        ("local[2]", None),
+        ("spark://h:7077", "client"),
+        ("yarn", "cluster"),
+        ("k8s://https://k:6443", "cluster"),
+    ):
         args = args_for(conf, master, mode)
-        assert (args.conf["spark.pyspark.python"], args.conf["spark.pyspark.driver.python"]) == ("/opt/py/bin/python3", "/usr/bin/python3"), master
+        assert (args.conf["spark.pyspark.python"], args.conf["spark.pyspark.driver.python"]) == (
+            "/opt/py/bin/python3",
+            "/usr/bin/python3",
+        ), master
 
 
 def test_packed_venv_goes_through_spark_archives(tmp_path: Path) -> None:
@@ -133,7 +172,9 @@ def test_yarn_cluster_environment_goes_to_the_application_master_and_executors(t
     assert args.conf["spark.yarn.appMasterEnv.AWS_REGION"] == "eu-west-1"
     assert args.conf["spark.executorEnv.AWS_REGION"] == "eu-west-1"
     assert "AWS_REGION" not in args.local_env
-    assert args.conf["spark.files"].endswith(conf["spark.kappa.catalogs.file"])  # read through SparkFiles / the container's cwd
+    assert args.conf["spark.files"].endswith(
+        conf["spark.kappa.catalogs.file"]
+    )  # read through SparkFiles / the container's cwd
     no_secret(args)
 
 
@@ -173,14 +214,21 @@ def test_no_event_log_when_the_run_asks_for_no_progress(tmp_path: Path) -> None:
         ("yarn", "both", "is not a deploy mode; allowed: ['client', 'cluster']"),
     ],
 )
-def test_deploy_modes_spark_refuses_are_refused_naming_them(tmp_path: Path, master: str, mode: str, expected: str) -> None:
+def test_deploy_modes_spark_refuses_are_refused_naming_them(
+    tmp_path: Path, master: str, mode: str, expected: str
+) -> None:
     with pytest.raises(KappaConfigError, match=expected.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
         args_for(run_conf(tmp_path), master, mode)
 
 
 def test_spark_defaults_file_format(tmp_path: Path) -> None:
     text = "# platform\n\nspark.master  yarn\nspark.a=1\nspark.b : two words\n! comment\nspark.c \\\n  continued\n"
-    assert parse_spark_defaults(text) == {"spark.master": "yarn", "spark.a": "1", "spark.b": "two words", "spark.c": "continued"}
+    assert parse_spark_defaults(text) == {
+        "spark.master": "yarn",
+        "spark.a": "1",
+        "spark.b": "two words",
+        "spark.c": "continued",
+    }
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
     (conf_dir / "spark-defaults.conf").write_text(text)
@@ -191,7 +239,10 @@ def test_spark_defaults_file_format(tmp_path: Path) -> None:
 
 
 def test_job_deploy_mode_is_checked_when_the_config_loads(tmp_path: Path) -> None:
-    with pytest.raises(KappaConfigError, match=r"job.deploy_mode: 'yarn-cluster' is not a deploy mode; allowed: \['client', 'cluster'\]"):
+    with pytest.raises(
+        KappaConfigError,
+        match=r"job.deploy_mode: 'yarn-cluster' is not a deploy mode; allowed: \['client', 'cluster'\]",
+    ):
         run_conf(tmp_path, deploy_mode="yarn-cluster")
     conf = run_conf(tmp_path, python_archive="hdfs:///apps/kappa-env.tar.gz", deploy_mode="cluster")
     assert conf["spark.kappa.submit.python_archive"] == "hdfs:///apps/kappa-env.tar.gz"  # a URL is kept as it is
@@ -203,7 +254,11 @@ def test_a_live_run_keeps_the_users_event_log_settings_as_they_are(tmp_path: Pat
     off = args_for(conf, "yarn", defaults={**DEFAULTS, "spark.eventLog.enabled": "false"})
     assert (off.conf["spark.eventLog.enabled"], off.event_log_dir) == ("false", None)
     on = args_for(conf, "yarn")
-    assert (on.event_log_dir, on.user_event_log, "spark.eventLog.compress" in on.conf) == ("hdfs:///spark-history", True, False)
+    assert (on.event_log_dir, on.user_event_log, "spark.eventLog.compress" in on.conf) == (
+        "hdfs:///spark-history",
+        True,
+        False,
+    )
 
 
 @pytest.mark.parametrize("via_connection", [False, True])
@@ -223,7 +278,9 @@ def test_a_kubernetes_master_without_the_kubernetes_provider_is_a_clear_error(
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_K8S", '{"conn_type": "spark", "host": "k8s://https://127.0.0.1:6443"}')
     with pytest.raises(KappaConfigError) as err:
         submit(app, {"spark.kappa.job": "j"}, properties_file=props, name="j", master=master, conn_id=conn_id)
-    where = "the master of Spark connection 'spark_k8s'" if via_connection else "job.master 'k8s://https://127.0.0.1:6443'"
+    where = (
+        "the master of Spark connection 'spark_k8s'" if via_connection else "job.master 'k8s://https://127.0.0.1:6443'"
+    )
     assert str(err.value).startswith(where + " is a Kubernetes master (k8s://)")
     assert "pip install 'airflow-provider-kappa[kubernetes]'" in str(err.value)
     if via_connection:  # the master is known once the hook has read the connection: its NameError, translated

@@ -167,7 +167,7 @@ def test_the_peak_memory_of_validate_does_not_hold_the_window(tmp_path: Any) -> 
     import sys
     from pathlib import Path
 
-    script = r'''
+    script = r"""
 import sys, json
 from datetime import datetime, timedelta, timezone
 import pyarrow as pa
@@ -188,8 +188,8 @@ create_summary_table(catalog, "prod.summary").append(rows(0))
 staging = staging_table_name("prod.summary", "bf", "s1")
 ensure_staging_table(catalog, "prod.summary", staging).append(rows(1))
 print(json.dumps({"window_bytes": rows(0).nbytes, "staging": staging}))
-'''
-    probe = r'''
+"""
+    probe = r"""
 import sys, json
 from datetime import datetime, timedelta, timezone
 import pyarrow as pa
@@ -203,12 +203,16 @@ report = validate_window(catalog, "prod.summary", [staging], "window_start", t0,
                          batch_rows=8192, partition_bytes=256 * 1024)
 print(json.dumps({"peak": pa.default_memory_pool().max_memory(), "before": before,
                   "matched": report.matched_rows, "staged": report.staged_rows, "target": report.target_rows}))
-'''
+"""
     tests_dir = str(Path(__file__).parents[1])
-    made = subprocess.run([sys.executable, "-c", script, str(tmp_path), tests_dir], capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), tests_dir], capture_output=True, text=True, timeout=300
+    )
     assert made.returncode == 0, made.stderr
     seeded = json.loads(made.stdout.strip().splitlines()[-1])
-    ran = subprocess.run([sys.executable, "-c", probe, str(tmp_path), seeded["staging"]], capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path), seeded["staging"]], capture_output=True, text=True, timeout=300
+    )
     assert ran.returncode == 0, ran.stderr
     out = json.loads(ran.stdout.strip().splitlines()[-1])
     assert (out["staged"], out["target"], out["matched"]) == (400_000, 400_000, 400_000 - 400)

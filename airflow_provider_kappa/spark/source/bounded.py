@@ -67,7 +67,11 @@ class BoundedState:
             own = self._from_catalog(schema, opts, options)
         everything = list(own)
         for other in opts.align_with:
-            if (other.catalog, other.table, other.ingestion_column) == (opts.catalog, opts.table, opts.ingestion_column):
+            if (other.catalog, other.table, other.ingestion_column) == (
+                opts.catalog,
+                opts.table,
+                opts.ingestion_column,
+            ):
                 continue
             everything += aligned_spans(other, opts, options)
         start, end = opts.read_start_micros, opts.read_end_micros

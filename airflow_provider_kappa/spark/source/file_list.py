@@ -75,7 +75,9 @@ class FileList:
             return False
         return True
 
-    def check(self, table: str, snapshot_id: int | None, ingestion_column: str, start: int | None, end: int | None) -> None:
+    def check(
+        self, table: str, snapshot_id: int | None, ingestion_column: str, start: int | None, end: int | None
+    ) -> None:
         """Refuse a file list written for another read.
 
         :raises KappaSourceError: naming what differs.
@@ -240,4 +242,3 @@ def read(uri: str) -> FileList:
     except OSError as e:
         raise KappaSourceError(f"kappa_iceberg: option plan_file={uri!r} cannot be read: {e}") from e
     return FileList.from_json(text, f"plan_file {uri!r}")
-

@@ -40,9 +40,18 @@ DEFAULT_MIN_PARTITIONS = 2
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 #: option names of :class:`IcebergReadSpec` fields: extra options (``option.<k>``) never override them
 SPEC_OPTIONS = (
-    "catalog", "table", "ingestion_column", "mode", "snapshot_id", "read_start_micros", "read_end_micros",
-    "max_misalignment_threshold", "align_with", "plan_file", "ledger",
-)  # fmt: skip
+    "catalog",
+    "table",
+    "ingestion_column",
+    "mode",
+    "snapshot_id",
+    "read_start_micros",
+    "read_end_micros",
+    "max_misalignment_threshold",
+    "align_with",
+    "plan_file",
+    "ledger",
+)
 LIMIT_OPTIONS = ("max_files_per_batch", "max_rows_per_batch", "max_bytes_per_batch")
 TUNING_OPTIONS = (*LIMIT_OPTIONS, "min_partitions", "split_bytes", "starting", "tail_non_append")
 #: options that locate the catalog; ``read_source`` adds them (never credentials themselves)
@@ -136,7 +145,9 @@ class IcebergReadSpec:
         """The reader options of this read (without the catalog's: ``read_source`` adds those)."""
         out = {k: v for k, v in self.options.items() if k not in SPEC_OPTIONS}
         out.update(self._tuning())
-        out.update({"catalog": self.catalog, "table": self.table, "ingestion_column": self.ingestion_column, "mode": self.mode})
+        out.update(
+            {"catalog": self.catalog, "table": self.table, "ingestion_column": self.ingestion_column, "mode": self.mode}
+        )
         if self.snapshot_id is not None:
             out["snapshot_id"] = str(self.snapshot_id)
         if self.read_start_micros is not None:
@@ -169,7 +180,9 @@ class IcebergReadSpec:
         start = _integer(opts, "read_start_micros")
         end = _integer(opts, "read_end_micros")
         if start is not None and end is not None and end <= start:
-            raise KappaConfigError(f"kappa_iceberg: read_end_micros={end} must be greater than read_start_micros={start}")
+            raise KappaConfigError(
+                f"kappa_iceberg: read_end_micros={end} must be greater than read_start_micros={start}"
+            )
         limits = {k: _integer(opts, k, 1) for k in LIMIT_OPTIONS}
         if sum(v is not None for v in limits.values()) > 1:
             raise KappaConfigError(
@@ -245,7 +258,10 @@ class IcebergReadSpec:
         options = {k: v for k, v in options.items() if k not in SPEC_OPTIONS}
         bounded = conf.get(PREFIX + "mode") == BACKFILL
         options.update(
-            catalog=table.catalog, table=table.table, ingestion_column=table.ingestion_column, mode=BOUNDED if bounded else TAIL
+            catalog=table.catalog,
+            table=table.table,
+            ingestion_column=table.ingestion_column,
+            mode=BOUNDED if bounded else TAIL,
         )
         if bounded:
             if table.snapshot_id is not None:
@@ -262,8 +278,12 @@ class IcebergReadSpec:
             ledger = conf.get(PREFIX + "ledger")
             if ledger:
                 options["ledger"] = ledger_folder(ledger, conf)
-            names = sorted({k[len(PREFIX + "source.") :].partition(".")[0] for k in conf if k.startswith(PREFIX + "source.")})
-            aligned = [_aligned_of_conf(n, keys) for n in names if (keys := _source_keys(conf, n)).get("type") == "iceberg"]
+            names = sorted(
+                {k[len(PREFIX + "source.") :].partition(".")[0] for k in conf if k.startswith(PREFIX + "source.")}
+            )
+            aligned = [
+                _aligned_of_conf(n, keys) for n in names if (keys := _source_keys(conf, n)).get("type") == "iceberg"
+            ]
             options["align_with"] = json.dumps([a.to_item() for a in aligned])
         return IcebergReadSpec.from_options(options)
 

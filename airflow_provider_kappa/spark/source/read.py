@@ -94,7 +94,9 @@ def kafka_filter(batch: pa.RecordBatch, ranges: tuple[tuple[str, int, int, int],
     return mask
 
 
-def read_parquet_direct(path: str, context: ReadContext, start_micros: int | None, end_micros: int | None) -> pa.Table | None:
+def read_parquet_direct(
+    path: str, context: ReadContext, start_micros: int | None, end_micros: int | None
+) -> pa.Table | None:
     """Read one Parquet data file with ``pyarrow.parquet`` only: the context's columns found by
     their Iceberg field ids (renamed to the table's current names), row groups whose ingestion
     statistics exclude ``[start_micros, end_micros)`` skipped, the rest filtered to the range

@@ -89,7 +89,10 @@ def kafka_bounds(table: Table, snapshot_id: int | None) -> dict[str, KafkaBounds
             df = entry.data_file
             lo, hi = df.lower_bounds or {}, df.upper_bounds or {}
             out[df.file_path] = (
-                value(lo.get(pid), _I32), value(hi.get(pid), _I32), value(lo.get(oid), _I64), value(hi.get(oid), _I64)
+                value(lo.get(pid), _I32),
+                value(hi.get(pid), _I32),
+                value(lo.get(oid), _I64),
+                value(hi.get(oid), _I64),
             )
     return out
 
@@ -141,8 +144,13 @@ class ReplayState:
         self.positions = [end_ms * 1000 for end_ms, _, _ in self.ledger.keys]
         log.info(
             "kappa_iceberg %s@%s: replaying the live ledger %s (%d batches recorded), %d files, in %.2fs",
-            opts.table, self.snapshot_id, opts.ledger, len(self.ledger), len(self.spans), time.monotonic() - began,
-        )  # fmt: skip
+            opts.table,
+            self.snapshot_id,
+            opts.ledger,
+            len(self.ledger),
+            len(self.spans),
+            time.monotonic() - began,
+        )
 
     def initial_offset(self) -> dict[str, Any]:
         return {"pos": self.start - 1}

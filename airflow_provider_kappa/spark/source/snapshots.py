@@ -92,7 +92,9 @@ class SnapshotRef:
     added_bytes: int
 
 
-def snapshots_after(table: Table, after_snapshot_id: int | None, upto_snapshot_id: int | None = None) -> list[SnapshotRef]:
+def snapshots_after(
+    table: Table, after_snapshot_id: int | None, upto_snapshot_id: int | None = None
+) -> list[SnapshotRef]:
     """Snapshots committed after ``after_snapshot_id`` (exclusive) up to ``upto_snapshot_id``
     (inclusive; default the current snapshot), oldest first, along the current lineage.
 

@@ -97,7 +97,9 @@ class TailState:
             elif ref.operation == "replace":
                 continue  # compaction: the same rows, rewritten
             elif self.opts.tail_non_append == "skip":
-                log.warning("kappa_iceberg %s: skipping %s snapshot %d", self.opts.table, ref.operation, ref.snapshot_id)
+                log.warning(
+                    "kappa_iceberg %s: skipping %s snapshot %d", self.opts.table, ref.operation, ref.snapshot_id
+                )
             else:
                 raise KappaSourceError(
                     f"table {self.opts.table!r}: snapshot {ref.snapshot_id} is an {ref.operation!r} commit; a tailing "
