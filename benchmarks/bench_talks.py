@@ -181,7 +181,7 @@ def run_kappa(args: argparse.Namespace, mode: str, threshold: str) -> dict[str, 
     pinned = snapshot.snapshot(bf)
     plan = planning.plan(bf, pinned)
     planned = time.monotonic() - began
-    state_file = backfills.connect_state_file(bf)
+    state_file = bf.connect_state_file()
     if cfg.job.engine == "connect" and cfg.job.connect is None:
         connect_server.ensure_server(cfg, state_file)  # the backfill's local server, as the DAG's setup task starts it
     try:

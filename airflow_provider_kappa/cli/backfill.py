@@ -19,20 +19,33 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from airflow_provider_kappa.backfill.backfill import Backfill
+from airflow_provider_kappa.backfill.lock import release
+from airflow_provider_kappa.backfill.plan import BackfillPlan
+from airflow_provider_kappa.backfill.plan import plan as plan_slices
+from airflow_provider_kappa.backfill.publish import publish
+from airflow_provider_kappa.backfill.slices import run_slice, slice_engine
+from airflow_provider_kappa.backfill.snapshot import snapshot
+from airflow_provider_kappa.backfill.summary import summary
+from airflow_provider_kappa.backfill.validate import check_gate, validate
 from airflow_provider_kappa.cli.plan import add_backfill_arguments, load_backfill, plan_table, print_header
+from airflow_provider_kappa.engine.base import Engine
+from airflow_provider_kappa.engine.connect import ConnectEngine
+from airflow_provider_kappa.engine.connect_server import redact_url
 from airflow_provider_kappa.engine.processes import sigterm_raises
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from airflow_provider_kappa.backfill.backfill import Backfill
-    from airflow_provider_kappa.backfill.plan import BackfillPlan
+from airflow_provider_kappa.exceptions import KappaEngineError, KappaValidationError
+from airflow_provider_kappa.report.report import write_report
 
 #: The stdlib logger of the backfill steps (details go to the slice log, not the terminal).
 _STEPS_LOGGER = "airflow_provider_kappa"
@@ -48,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--spark-conn-id", help="engine submit: an Airflow Spark connection to submit through (default: job.master)"
+    )
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="print how long each step took (the engine's start runs beside the snapshot and the plan)",
     )
     parser.add_argument(
         "--release-lock",
@@ -87,74 +105,77 @@ def slice_log(path: Path) -> Iterator[None]:
             steps.propagate = saved[1]
 
 
-def connect_server(bf: Backfill, plan: BackfillPlan, resume: bool, stack: ExitStack, console: Console) -> str | None:
-    """The Spark Connect URL the slices run on (engine ``connect``): ``job.connect``'s, else a local
-    server started now and stopped when ``stack`` closes (also on failure or Ctrl-C), only if
-    some slice will run (not empty, not done with ``--resume``). ``None`` for engine ``submit``."""
-    from airflow_provider_kappa.backfill.backfill import connect_state_file
-    from airflow_provider_kappa.backfill.plan import slice_is_empty
-    from airflow_provider_kappa.engine.connect_server import LocalConnectServer, configured_url, redact_url
-    from airflow_provider_kappa.job.config import CONNECT
+class Timeline:
+    """How long each step of the backfill took, printed at its end (``--timeline``, and in the
+    benchmark's output): the steps that overlap say so."""
 
-    if bf.cfg.job.engine != CONNECT:
-        return None
-    url = configured_url(bf.cfg)
-    if url is not None:
-        console.print(f"  engine connect: Spark Connect server {redact_url(url)}")
-        return url
-    store = bf.store()
-    if all(slice_is_empty(sp) or (resume and store.done(sp.slice_id) is not None) for sp in plan.slices):
-        return None
-    server = stack.enter_context(LocalConnectServer(bf.cfg, connect_state_file(bf).parent, die_with_parent=True))
-    console.print(
-        f"  engine connect: local Spark Connect server {server.url} (pid {server.state.pid if server.state else '?'}) "
-        f"started in {server.seconds:.1f}s, log {server.log_file}"
-    )
-    return server.url
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.steps: list[tuple[str, float, float]] = []
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Time the block as step ``name``."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add(name, began)
+
+    def add(self, name: str, began: float, ended: float | None = None) -> None:
+        """Record step ``name`` from ``began`` to ``ended`` (default now), monotonic seconds."""
+        self.steps.append((name, began - self.began, (ended or time.monotonic()) - self.began))
+
+    def to_text(self) -> str:
+        """One line per step: its start and end from the command's start, and its length."""
+        lines = ["  timeline (seconds from the start of the command):"]
+        for name, start, end in self.steps:
+            lines.append(f"    {start:7.1f} → {end:7.1f}  {end - start:6.1f}s  {name}")
+        return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run a whole backfill; see the module docstring for exit codes."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def start_engine(engine: Engine, stack: ExitStack, timeline: Timeline) -> Future[None]:
+    """Start ``engine`` in a background thread (a local Spark Connect server starts and warms while
+    the snapshot and the plan run); it is stopped when ``stack`` closes, also on failure, Ctrl-C or
+    SIGTERM."""
+    pool = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="kappa-engine"))
+    began = time.monotonic()
 
-    from airflow_provider_kappa.backfill.lock import release
-    from airflow_provider_kappa.backfill.plan import plan as plan_slices
-    from airflow_provider_kappa.backfill.publish import publish
-    from airflow_provider_kappa.backfill.slices import run_slice
-    from airflow_provider_kappa.backfill.snapshot import snapshot
-    from airflow_provider_kappa.backfill.summary import summary
-    from airflow_provider_kappa.backfill.validate import check_gate, validate
-    from airflow_provider_kappa.exceptions import KappaEngineError, KappaValidationError
-    from airflow_provider_kappa.report.report import write_report
+    def start() -> None:
+        try:
+            engine.start()
+        finally:
+            timeline.add(f"engine {engine.name}: start (beside snapshot and plan)", began)
 
-    console = Console()
-    logging.getLogger(_STEPS_LOGGER).setLevel(logging.WARNING)  # the terminal gets this command's own output
-    bf = load_backfill(args)
-    if args.release_lock:
-        released = release(bf)
+    stack.callback(engine.stop)
+    return pool.submit(start)
+
+
+def describe_engine(engine: Engine, console: Console) -> None:
+    """Say where the slices run."""
+    if not isinstance(engine, ConnectEngine):
+        console.print(f"  engine {engine.name}: one spark-submit per slice")
+        return
+    server = engine.owned_server
+    if server is not None:
+        pid = server.state.pid if server.state else "?"
         console.print(
-            f"backfill {bf.id}: lock released on {released}" if released else f"backfill {bf.id}: held no lock"
+            f"  engine connect: local Spark Connect server {server.url} (pid {pid}) started in "
+            f"{server.seconds:.1f}s, log {server.log_file}"
         )
-        return 0
-    print_header(console, bf)
-    snapshot_ids = snapshot(bf)
-    console.print(f"  pinned snapshots {snapshot_ids} (tag {bf.tag})")
-    plan = plan_slices(bf, snapshot_ids)
-    console.print(plan_table(plan))
-    for w in plan.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+    elif (url := engine.server_url()) is not None:
+        console.print(f"  engine connect: Spark Connect server {redact_url(url)}")
+
+
+def run_slices(
+    bf: Backfill, plan: BackfillPlan, engine: Engine, args: argparse.Namespace, console: Console
+) -> list[dict[str, Any]] | None:
+    """Run every slice of ``plan`` in turn with a progress bar; their results, ``None`` when one failed."""
     store = bf.store()
     logs = store.log_folder(bf.id)
     results: list[dict[str, Any]] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with ExitStack() as stack, Progress(*columns, console=console) as progress:
-        stack.enter_context(sigterm_raises(lambda signum: SystemExit(128 + signum)))  # stopped: fails, cleaned up
-        try:
-            connect_url = connect_server(bf, plan, args.resume, stack, console)
-        except KappaEngineError as e:
-            console.print(f"[red]Spark Connect server not started:[/] {e}")
-            return 1
+    with Progress(*columns, console=console) as progress:
         task = progress.add_task("slices", total=len(plan.slices))
         for sp in plan.slices:
             done = store.done(sp.slice_id) if args.resume else None
@@ -167,27 +188,84 @@ def run(args: argparse.Namespace) -> int:
             log_path = logs / f"{sp.slice_id}.log"
             try:
                 with slice_log(log_path):
-                    result = run_slice(bf, sp, spark_conn_id=args.spark_conn_id, connect_url=connect_url)
+                    result = run_slice(bf, sp, engine=engine)
             except Exception as e:  # a failed spark-submit (AirflowException), session (KappaEngineError) or I/O
                 progress.console.print(f"[red]slice {sp.slice_id} failed:[/] {type(e).__name__}: {e}")
                 progress.console.print(f"  Spark output: {log_path}")
                 progress.console.print("  rerun the same command (add --resume to skip completed slices)")
-                return 1
+                return None
             results.append(result)
-            if result.get("skipped"):
-                progress.console.print(f"  {sp.slice_id} skipped: no source data in its read range  (log {log_path})")
-                progress.advance(task)
-                continue
-            progress.console.print(
-                f"  {sp.slice_id} rows read {result['rows_read']}, micro-batches {result['batches']}, "
-                f"watermark {result['watermark'] or '-'}, {result['seconds']:.1f}s  (log {log_path})"
-            )
+            progress.console.print(slice_line(sp.slice_id, result, log_path))
             progress.advance(task)
-    reports = validate(bf, plan)
-    write_report(bf, plan, reports)  # before the gate: a refused backfill has its report too
+    return results
+
+
+def slice_line(slice_id: str, result: dict[str, Any], log_path: Path) -> str:
+    """The line printed when a slice is done."""
+    if result.get("skipped"):
+        return f"  {slice_id} skipped: no source data in its read range  (log {log_path})"
+    return (
+        f"  {slice_id} rows read {result['rows_read']}, micro-batches {result['batches']}, "
+        f"watermark {result['watermark'] or '-'}, {result['seconds']:.1f}s  (log {log_path})"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a whole backfill; see the module docstring for exit codes."""
+    console = Console()
+    logging.getLogger(_STEPS_LOGGER).setLevel(logging.WARNING)  # the terminal gets this command's own output
+    timeline = Timeline()
+    with timeline.step("load and check the config, the flags and the tables"):
+        bf = load_backfill(args)
+    if args.release_lock:
+        released = release(bf)
+        console.print(
+            f"backfill {bf.id}: lock released on {released}" if released else f"backfill {bf.id}: held no lock"
+        )
+        return 0
+    print_header(console, bf)
+    engine = slice_engine(bf, spark_conn_id=args.spark_conn_id)
+    with ExitStack() as stack:
+        stack.enter_context(sigterm_raises(lambda signum: SystemExit(128 + signum)))  # stopped: fails, cleaned up
+        started = start_engine(engine, stack, timeline)
+        with timeline.step("snapshot"):
+            snapshot_ids = snapshot(bf)
+        console.print(f"  pinned snapshots {snapshot_ids} (tag {bf.tag})")
+        with timeline.step("plan"):
+            plan = plan_slices(bf, snapshot_ids)
+        console.print(plan_table(plan))
+        for w in plan.warnings:
+            console.print(f"[yellow]warning:[/] {w}")
+        try:
+            started.result()
+        except KappaEngineError as e:
+            console.print(f"[red]Spark Connect server not started:[/] {e}")
+            return 1
+        describe_engine(engine, console)
+        with timeline.step("slices"):
+            results = run_slices(bf, plan, engine, args, console)
+        if results is None:
+            return 1
+        stopping = stack.pop_all()  # the engine stops while validate runs
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kappa-engine-stop") as pool:
+        stopped = pool.submit(stopping.close)
+        code = finish(bf, plan, results, console, timeline)
+        stopped.result()
+    if args.timeline:
+        console.print(timeline.to_text())
+    return code
+
+
+def finish(
+    bf: Backfill, plan: BackfillPlan, results: list[dict[str, Any]], console: Console, timeline: Timeline
+) -> int:
+    """Validate, write the report, gate and publish; print the summary. The exit code."""
+    with timeline.step("validate"):
+        reports = validate(bf, plan)
+        write_report(bf, plan, reports)  # before the gate: a refused backfill has its report too
     for report in reports.values():
         console.print(report.to_text())
-    console.print(f"  report: {store.report_file()}")
+    console.print(f"  report: {bf.store().report_file()}")
     report_dicts = {name: r.to_dict() for name, r in reports.items()}
     try:
         check_gate(bf, reports)
@@ -197,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     published = None
     if bf.params.publishes:
-        published = {name: asdict(r) for name, r in publish(bf, plan).items()}
+        with timeline.step("publish"):
+            published = {name: asdict(r) for name, r in publish(bf, plan).items()}
     console.print(summary(bf, plan, results, report_dicts, published))
     return 0

@@ -42,7 +42,6 @@ class KappaConnectServerOperator(KappaBackfillBaseOperator):
         self.action = action
 
     def execute(self, context: Context) -> dict[str, Any] | None:
-        from airflow_provider_kappa.backfill.backfill import connect_state_file
         from airflow_provider_kappa.engine.connect_server import ensure_server, redact_url, stop_owned
 
         if self.action not in (START, STOP):
@@ -50,7 +49,7 @@ class KappaConnectServerOperator(KappaBackfillBaseOperator):
                 f"{self.task_id}: action {self.action!r} is not an action; allowed: {[START, STOP]}"
             )
         bf = self.load_backfill(context)
-        state_file = connect_state_file(bf)
+        state_file = bf.connect_state_file()
         if self.action == STOP:
             stop_owned(state_file)
             self.log.info("backfill %s: local Spark Connect server stopped (state file %s)", bf.id, state_file)

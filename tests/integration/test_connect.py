@@ -115,7 +115,7 @@ def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact
 
 
 def test_a_task_finds_the_owned_server_and_restarts_it_when_gone(tmp_path: Path, catalog_props: dict[str, str]) -> None:
-    """What an Airflow slice task does with the backfill's state file (``steps.connect_state_file``)."""
+    """What an Airflow slice task does with the backfill's state file (``Backfill.connect_state_file``)."""
     from airflow_provider_kappa.engine.connect_server import ServerState, ensure_server, read_state, stop_owned
     from airflow_provider_kappa.job.config import load_config
 
