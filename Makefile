@@ -5,12 +5,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast install java chromium clean
+.PHONY: demo test test-fast lint install java chromium clean
 
 demo: $(STAMP)
 	$(BIN)/kappa demo
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium lint
 	@# pytest exits 5 when it collected no test: that is a failure here.
 	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
 
@@ -19,6 +19,11 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
 
 install: $(STAMP)
+
+# ruff lint + format check (pyproject.toml [tool.ruff]); part of `make test`
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The UI test drives Debian's chromium headless (no downloaded browser); install it when missing.
 chromium:

@@ -238,6 +238,7 @@ def run_kappa(work: Path, lake: Path, size: Size, variant: str, extra_conf: dict
         "sequential",
         "--min-match",
         "0",
+        "--timeline",
     ]
     env = dict(os.environ, COLUMNS="200", KAPPA_WARM_DAEMON="0" if variant.endswith("-cold") else "1")
     result = timed(cmd, run / "kappa.log", env)
@@ -245,8 +246,18 @@ def run_kappa(work: Path, lake: Path, size: Size, variant: str, extra_conf: dict
     server = re.search(r"started in ([0-9.]+)s", text)
     result["server_start_s"] = float(server.group(1)) if server else None
     result["slices"] = slice_breakdown(run / "checkpoints")
+    result["timeline"] = timeline(text)
     result["command"] = " ".join(cmd)
     return result
+
+
+def timeline(text: str) -> list[dict[str, Any]]:
+    """The per-step timeline ``kappa backfill --timeline`` printed: step, start, end (seconds from
+    the command's start)."""
+    steps = []
+    for m in re.finditer(r"^\s+([0-9.]+) → +([0-9.]+) +[0-9.]+s  (.+)$", text, re.M):
+        steps.append({"step": m.group(3).strip(), "start_s": float(m.group(1)), "end_s": float(m.group(2))})
+    return steps
 
 
 def _log_time(line: str) -> float:
@@ -633,6 +644,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(size.label(), engine, {k: kappa[k] for k in ("wall_s", "cpu_s", "match", "summary")}, flush=True)
             for s in kappa["slices"]:
                 print("   ", s, flush=True)
+            for step in kappa["timeline"]:
+                print(f"    {step['start_s']:7.1f} → {step['end_s']:7.1f}  {step['step']}", flush=True)
         doc["sizes"][size.label()] = runs
     doc["machine"]["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     text = json.dumps(doc, indent=2, default=str)

@@ -14,7 +14,7 @@ count), and six ways to compute its output:
 - ``strawman 2 (strict order)``: the job reading one file per source per micro-batch
   (``kappa_iceberg`` with ``max_files_per_batch=1``).
 - ``Kappa sequential`` / ``Kappa parallel``: the real backfill path
-  (:mod:`airflow_provider_kappa.backfill.steps` and its siblings: snapshot, plan, one Spark
+  (:mod:`airflow_provider_kappa.backfill.slices` and its siblings: snapshot, plan, one Spark
   Connect session per slice on a local server started for the backfill (engine ``connect``, the
   default), validate), the code the DAG's tasks run. Parallel slices run ``--parallelism`` at once.
   Both at ``--threshold``; ``Kappa sequential, threshold = landing interval`` is sequential at
@@ -453,7 +453,8 @@ def compare_with_live(args: argparse.Namespace, variant: str, result: dict[str, 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from airflow_provider_kappa.backfill.validate import compare_rows, in_window_mask, read_window
+    from airflow_provider_kappa.backfill.compare import compare_rows
+    from airflow_provider_kappa.backfill.validate import in_window_mask, read_window
 
     cat = catalog(Path(args.workdir) / "lake")
     cfg = job_config(Path(args.workdir) / "lake")

@@ -11,17 +11,25 @@ pyiceberg is imported inside functions.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_provider_kappa.backfill.params import human_duration
+from airflow_provider_kappa.backfill.plan import slice_count
 from airflow_provider_kappa.engine.submit_args import check_kubernetes_provider
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSourceError
 from airflow_provider_kappa.job.catalogs import CatalogFor
 from airflow_provider_kappa.job.checkpoints import job_root
 from airflow_provider_kappa.job.config import SUBMIT, IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.spark.catalog import load_table
+from airflow_provider_kappa.spark.source.manifests import table_ingestion_range
+from airflow_provider_kappa.spark.source.snapshots import ingestion_field
+from airflow_provider_kappa.spark.storage import filesystem, write_text
+from airflow_provider_kappa.timeparse import from_micros
 
 if TYPE_CHECKING:
     from airflow_provider_kappa.backfill.backfill import Backfill
@@ -71,8 +79,6 @@ def check_slice_count(bf: Backfill, max_slices: int = MAX_SLICES) -> int:
     :returns: the slice count.
     :raises KappaConfigError: naming the count, the limit and the slice length that fits.
     """
-    from airflow_provider_kappa.backfill.params import human_duration
-    from airflow_provider_kappa.backfill.plan import slice_count
 
     count = slice_count(bf.params)
     if count > max_slices:
@@ -99,11 +105,8 @@ def check_checkpoint_root(cfg: JobConfig) -> None:
 
     :raises KappaConfigError: naming the folder and the error.
     """
-    import uuid
 
     from pyarrow.fs import FileType
-
-    from airflow_provider_kappa.spark.storage import filesystem, write_text
 
     root = job_root(cfg.job.checkpoint_root, cfg.job.name)
     fs, path = filesystem(root, "job.checkpoint_root", KappaConfigError)
@@ -157,9 +160,6 @@ def check_tables(cfg: JobConfig, sources: Sequence[str], catalog_for: CatalogFor
     :raises KappaSinkError: a missing target table, or a missing/non-time ``time_column``.
     """
     from pyiceberg.types import DateType, TimestampType, TimestamptzType
-
-    from airflow_provider_kappa.spark.catalog import load_table
-    from airflow_provider_kappa.spark.source.snapshots import ingestion_field
 
     for name in sources:
         src = cfg.resolve(name, backfill=True)
@@ -222,9 +222,6 @@ def landed_end(bf: Backfill, snapshot_ids: Mapping[str, int] | None = None) -> L
     :param snapshot_ids: concrete source name -> pinned snapshot id; default (pre-flight, before
         the pin): the snapshot of the backfill's tag when it exists (a rerun), else the current one.
     """
-    from airflow_provider_kappa.spark.catalog import load_table
-    from airflow_provider_kappa.spark.source.manifests import table_ingestion_range
-    from airflow_provider_kappa.timeparse import from_micros
 
     step = max(1, round(bf.params.max_misalignment_threshold.total_seconds() * 1_000_000))
     found: LandedEnd | None = None
@@ -258,7 +255,6 @@ def check_landed(bf: Backfill) -> LandedEnd | None:
     :returns: the landed end (``None`` when no source has ingestion statistics to tell).
     :raises KappaSourceError: naming the window, the tail, the landed data and what to do.
     """
-    from airflow_provider_kappa.backfill.params import human_duration
 
     landed = landed_end(bf)
     p = bf.params

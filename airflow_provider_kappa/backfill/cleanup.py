@@ -47,12 +47,15 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.backfill.backfill import tag_name
+from airflow_provider_kappa.backfill.lock import lock_property, read_locks
 from airflow_provider_kappa.backfill.params import human_duration
 from airflow_provider_kappa.backfill.snapshot import TAG_ATTEMPTS, retry_commit
+from airflow_provider_kappa.engine.connect_server import read_state
 from airflow_provider_kappa.exceptions import KappaSinkError
 from airflow_provider_kappa.job.catalogs import CatalogFor, job_catalogs
 from airflow_provider_kappa.job.checkpoints import backfill_root, backfills_folder, connect_state_path
 from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.spark.staging import drop_staging, staging_backfills
 from airflow_provider_kappa.spark.storage import filesystem
 
 if TYPE_CHECKING:
@@ -184,9 +187,6 @@ def find_leftovers(cfg: JobConfig, catalog_for: CatalogFor | None = None) -> lis
     :param catalog_for: opens a catalog of the job by name (default: the job's catalogs).
     :return: one entry per backfill id, sorted by id.
     """
-    from airflow_provider_kappa.backfill.lock import read_locks
-    from airflow_provider_kappa.engine.connect_server import read_state
-    from airflow_provider_kappa.spark.staging import staging_backfills
 
     catalog_for = catalog_for or job_catalogs(cfg)
     found: dict[str, Leftovers] = {}
@@ -323,8 +323,6 @@ def _drop_staging(catalog: Any, target: str, backfill_id: str, namespace: str) -
     process dropped one of the tables between the listing and the drop."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from airflow_provider_kappa.spark.staging import drop_staging
-
     dropped: list[str] = []
     for attempt in range(1, TAG_ATTEMPTS + 1):
         try:
@@ -347,7 +345,6 @@ def remove(cfg: JobConfig, leftovers: Leftovers, catalog_for: CatalogFor | None 
     :param catalog_for: opens a catalog of the job by name.
     :return: ``None`` when removed, else why it was kept after all.
     """
-    from airflow_provider_kappa.backfill.lock import lock_property
 
     catalog_for = catalog_for or job_catalogs(cfg)
     backfill_id = leftovers.backfill_id

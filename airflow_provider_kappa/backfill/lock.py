@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_kappa.backfill.params import to_argv
 from airflow_provider_kappa.exceptions import KappaConcurrencyError, KappaSinkError
 from airflow_provider_kappa.timeparse import parse_timestamp
 
@@ -327,7 +329,6 @@ def lock(bf: Backfill, *, retention: timedelta = DEFAULT_TAG_RETENTION) -> list[
     :raises KappaConcurrencyError: naming the holder and its window; locks this call took are
         given back, so a refused backfill leaves nothing behind.
     """
-    from airflow_provider_kappa.backfill.lock import release_command
 
     taken: list[tuple[str, str]] = []
     try:
@@ -367,9 +368,6 @@ def release(bf: Backfill) -> list[str]:
 
 def release_command(bf: Backfill) -> str:
     """The ``kappa backfill`` command that releases ``bf``'s lock (shown to backfills it refuses)."""
-    import shlex
-
-    from airflow_provider_kappa.backfill.params import to_argv
 
     argv = [
         "kappa",

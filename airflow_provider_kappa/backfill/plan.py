@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_provider_kappa.backfill.params import PARALLEL, SEQUENTIAL, BackfillParams
 from airflow_provider_kappa.exceptions import KappaSourceError
+from airflow_provider_kappa.spark.catalog import load_table
+from airflow_provider_kappa.spark.source.manifests import file_spans, null_ingestion_rows
 from airflow_provider_kappa.timeparse import from_micros, parse_timestamp, to_micros
 
 if TYPE_CHECKING:
@@ -391,8 +393,6 @@ def spans_loader(bf: Backfill, snapshot_ids: Mapping[str, int]) -> Callable[[str
     :param bf: the backfill.
     :param snapshot_ids: concrete source name -> pinned snapshot id.
     """
-    from airflow_provider_kappa.spark.catalog import load_table
-    from airflow_provider_kappa.spark.source.manifests import file_spans
 
     concrete = {src.name: src for src in bf.sources().values()}
 
@@ -425,8 +425,6 @@ def null_ingestion_warnings(bf: Backfill, snapshot_ids: Mapping[str, int]) -> li
     :param bf: the backfill.
     :param snapshot_ids: concrete source name -> pinned snapshot id.
     """
-    from airflow_provider_kappa.spark.catalog import load_table
-    from airflow_provider_kappa.spark.source.manifests import null_ingestion_rows
 
     out = []
     for src in {s.name: s for s in bf.sources().values()}.values():

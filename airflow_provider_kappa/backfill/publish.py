@@ -64,6 +64,7 @@ from airflow_provider_kappa.faults import (
     root_transient_cause,
     transient_cause,
 )
+from airflow_provider_kappa.spark.staging import mark_published
 from airflow_provider_kappa.timeparse import parse_timestamp
 
 if TYPE_CHECKING:
@@ -328,8 +329,6 @@ def _commit_window(
 ) -> PublishResult:
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, ValidationException
 
-    from airflow_provider_kappa.spark.staging import mark_published
-
     if max_attempts < 1:
         raise KappaSinkError(f"publish: max_attempts {max_attempts!r} must be at least 1")
     lo, hi = parse_timestamp(start, "window start"), parse_timestamp(end, "window end")
@@ -469,7 +468,6 @@ def publish(bf: Backfill, plan: BackfillPlan) -> dict[str, PublishResult]:
     :returns: sink name -> result.
     :raises KappaConcurrencyError: another backfill holds an overlapping window of a target.
     """
-    from airflow_provider_kappa.backfill.publish import publish_window
 
     p = bf.params
     end = closed_end(bf, pinned(plan))  # allow_open_end: only what the landed data closes

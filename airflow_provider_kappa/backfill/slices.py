@@ -24,7 +24,7 @@ from airflow_provider_kappa.engine.launch import SliceRun, slice_conf, write_cat
 from airflow_provider_kappa.engine.processes import private_folder
 from airflow_provider_kappa.engine.progress import SliceMetrics, summarize
 from airflow_provider_kappa.exceptions import KappaSourceError
-from airflow_provider_kappa.job.catalogs import catalog_properties
+from airflow_provider_kappa.job.catalogs import job_catalog_properties
 from airflow_provider_kappa.job.checkpoints import CheckpointStore
 from airflow_provider_kappa.job.config import IcebergSourceConfig
 from airflow_provider_kappa.spark.catalog import load_table
@@ -97,41 +97,8 @@ def run_slice(
         checkpoint = store.start_parallel(sp.slice_id, epoch)
     if slice_is_empty(sp):  # an empty slice stages nothing: it gets no staging table (see plan.staging_tables)
         return _skip_slice(sp, store, nxt, epoch)
-    staging = {}
-    for name, sink in bf.cfg.sinks.items():
-        staging[name] = bf.staging_table(sink, sp.slice_id)
-        clear_slice(bf.catalog_for(sink.catalog), sink.table, staging[name], epoch)
-    run = SliceRun(
-        backfill_id=bf.id,
-        slice_id=sp.slice_id,
-        read_start=sp.read_start,
-        read_end=sp.read_end,
-        owns_start=sp.owns_start,
-        owns_end=sp.owns_end,
-        max_misalignment_threshold=bf.params.max_misalignment_threshold,
-        snapshot_ids=dict(sp.snapshot_ids),
-        staging_tables=staging,
-        checkpoint=checkpoint,
-        sources=bf.params.sources,
-        continued=sp.continued,
-        epoch=epoch,
-        ledger=bf.cfg.job.ledger if bf.params.ledger else None,
-        file_lists=write_file_lists(bf, sp),
-    )
+    run = _slice_run(bf, sp, checkpoint, epoch)
     catalogs = sorted({s.catalog for s in bf.sources().values()} | {k.catalog for k in bf.cfg.sinks.values()})
-    log.info(
-        "slice %s (%d/%d, %s): reads [%s, %s), owns [%s, %s), checkpoint %s, staging %s",
-        sp.slice_id,
-        sp.index + 1,
-        sp.count,
-        sp.mode,
-        sp.read_start.isoformat(),
-        sp.read_end.isoformat(),
-        sp.owns_start.isoformat(),
-        sp.owns_end.isoformat(),
-        checkpoint,
-        sorted(staging.values()),
-    )
     with private_folder(sp.slice_id) as private:
         catalogs_file = write_catalogs_file(bf.cfg, private / "catalogs.json", catalogs)
         request = SliceRunRequest(
@@ -149,6 +116,51 @@ def run_slice(
             store.check_epoch(sp.slice_id, epoch, cause=e)  # a run that failed because it was superseded says so
             raise
         seconds = time.monotonic() - began
+    return _record(sp, store, nxt, epoch, progress, seconds)
+
+
+def _slice_run(bf: Backfill, sp: SlicePlan, checkpoint: str, epoch: str) -> SliceRun:
+    """Clear the slice's staging tables for ``epoch``, write its file lists, and describe its run."""
+    staging = {}
+    for name, sink in bf.cfg.sinks.items():
+        staging[name] = bf.staging_table(sink, sp.slice_id)
+        clear_slice(bf.catalog_for(sink.catalog), sink.table, staging[name], epoch)
+    log.info(
+        "slice %s (%d/%d, %s): reads [%s, %s), owns [%s, %s), checkpoint %s, staging %s",
+        sp.slice_id,
+        sp.index + 1,
+        sp.count,
+        sp.mode,
+        sp.read_start.isoformat(),
+        sp.read_end.isoformat(),
+        sp.owns_start.isoformat(),
+        sp.owns_end.isoformat(),
+        checkpoint,
+        sorted(staging.values()),
+    )
+    return SliceRun(
+        backfill_id=bf.id,
+        slice_id=sp.slice_id,
+        read_start=sp.read_start,
+        read_end=sp.read_end,
+        owns_start=sp.owns_start,
+        owns_end=sp.owns_end,
+        max_misalignment_threshold=bf.params.max_misalignment_threshold,
+        snapshot_ids=dict(sp.snapshot_ids),
+        staging_tables=staging,
+        checkpoint=checkpoint,
+        sources=bf.params.sources,
+        continued=sp.continued,
+        epoch=epoch,
+        ledger=bf.cfg.job.ledger if bf.params.ledger else None,
+        file_lists=write_file_lists(bf, sp),
+    )
+
+
+def _record(
+    sp: SlicePlan, store: CheckpointStore, nxt: str | None, epoch: str, progress: list[dict[str, Any]], seconds: float
+) -> dict[str, Any]:
+    """Record a slice run that ended well (its epoch still current) and keep its checkpoint."""
     metrics = summarize(progress, seconds)
     store.check_epoch(sp.slice_id, epoch)
     store.record_progress(sp.slice_id, progress)
@@ -195,7 +207,7 @@ def write_file_lists(bf: Backfill, sp: SlicePlan) -> dict[str, str]:
         if snapshot_id is None:
             continue
         table = load_table(bf.catalog_for(src.catalog), src.table)
-        if not file_list.listable(table, catalog_properties(bf.cfg, src.catalog)):
+        if not file_list.listable(table, job_catalog_properties(bf.cfg, src.catalog)):
             log.info("source %s: its table's FileIO has properties of its own; the reader plans it", src.name)
             continue
         files = _backfill_file_list(bf, src, table, snapshot_id)

@@ -8,12 +8,15 @@ No Airflow import here; pyiceberg is imported inside functions.
 from __future__ import annotations
 
 import logging
+import random
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_kappa.backfill.lock import DEFAULT_TAG_RETENTION, lock, release_target
 from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaSourceError
+from airflow_provider_kappa.spark.catalog import load_table
 
 if TYPE_CHECKING:
     from airflow_provider_kappa.backfill.backfill import Backfill
@@ -55,7 +58,6 @@ def pin(bf: Backfill, *, tag: bool, retention: timedelta = DEFAULT_TAG_RETENTION
     :returns: concrete source name -> snapshot id.
     :raises KappaSourceError: a missing table, or a table without any snapshot (no data).
     """
-    from airflow_provider_kappa.spark.catalog import load_table
 
     pinned: dict[str, int] = {}
     by_table: dict[tuple[str, str], int] = {}
@@ -98,8 +100,6 @@ def retry_commit(what: str, step: Callable[[], T], table: Any, hint: str) -> T:
     :param hint: what to do when every attempt lost, for the error.
     :raises KappaCatalogConflictError: every attempt lost its race.
     """
-    import random
-    import time
 
     from pyiceberg.exceptions import CommitFailedException
 

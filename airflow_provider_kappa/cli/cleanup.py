@@ -14,6 +14,14 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from rich.console import Console
+from rich.table import Table
+
+from airflow_provider_kappa.backfill.cleanup import age_text, cleanup
+from airflow_provider_kappa.backfill.params import human_duration
+from airflow_provider_kappa.job.config import load_config
+from airflow_provider_kappa.timeparse import parse_duration
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -32,9 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cleanup_table(decisions: list[CleanupDecision], *, dry_run: bool) -> Table:
     """One row per backfill: last activity, age, publish, what it left, and the action taken."""
-    from rich.table import Table
-
-    from airflow_provider_kappa.backfill.cleanup import age_text
 
     removed = sum(d.remove for d in decisions)
     verb = "would remove" if dry_run else "removed"
@@ -60,12 +65,6 @@ def cleanup_table(decisions: list[CleanupDecision], *, dry_run: bool) -> Table:
 
 def run(args: argparse.Namespace) -> int:
     """Apply the retention to the job's backfills; see the module docstring for exit codes."""
-    from rich.console import Console
-
-    from airflow_provider_kappa.backfill.cleanup import cleanup
-    from airflow_provider_kappa.backfill.params import human_duration
-    from airflow_provider_kappa.job.config import load_config
-    from airflow_provider_kappa.timeparse import parse_duration
 
     cfg = load_config(args.config)
     older_than = None if args.older_than is None else parse_duration(args.older_than, "--older-than", allow_zero=True)

@@ -17,6 +17,7 @@ from airflow_provider_kappa.engine.jvm import kafka_connector_conf
 from airflow_provider_kappa.engine.landing import check_tables, describe, land_checkpoint, land_conf, landings, selected
 from airflow_provider_kappa.engine.launch import write_catalogs_file
 from airflow_provider_kappa.engine.processes import sigterm_raises
+from airflow_provider_kappa.engine.submit import submit
 from airflow_provider_kappa.job.catalogs import job_catalogs
 from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.timeparse import format_duration
@@ -45,7 +46,6 @@ def application() -> Path:
 def run(args: argparse.Namespace) -> int:
     """Land until stopped (or, ``--available-now``, until the topics are landed)."""
     # imported when the verb runs (not when the CLI's parser is built), like the other verbs' steps
-    from airflow_provider_kappa.engine.submit import submit
 
     cfg = load_config(args.config)
     items = landings(cfg, selected(args.sources))

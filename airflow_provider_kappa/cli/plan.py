@@ -9,7 +9,15 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+from rich.table import Table
+
+from airflow_provider_kappa.backfill.backfill import Backfill
+from airflow_provider_kappa.backfill.checks import check_inputs, closed_by, falls_short, landed_end
 from airflow_provider_kappa.backfill.params import CLI_PARAMS
+from airflow_provider_kappa.backfill.plan import plan as plan_slices
+from airflow_provider_kappa.backfill.snapshot import snapshot
+from airflow_provider_kappa.job.config import load_config
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,9 +56,6 @@ def load_backfill(args: argparse.Namespace) -> Backfill:
     tables and the job's application. ``kappa backfill --release-lock`` runs nothing: it is checked
     like ``kappa plan`` (an abandoned lock must be releasable whatever the data has become since).
     """
-    from airflow_provider_kappa.backfill.backfill import Backfill
-    from airflow_provider_kappa.backfill.checks import check_inputs
-    from airflow_provider_kappa.job.config import load_config
 
     bf = Backfill.create(load_config(args.config), params_from_args(args))
     runs = getattr(args, "verb", "backfill") != "plan" and not getattr(args, "release_lock", False)
@@ -69,7 +74,6 @@ def _size(n: int) -> str:
 
 def plan_table(plan: BackfillPlan) -> Table:
     """The slice table: read range, owned range, per source files / ~rows / ~bytes, warnings."""
-    from rich.table import Table
 
     sources = [s.source for s in plan.slices[0].stats] if plan.slices else []
     table = Table(title=f"backfill {plan.backfill_id}: {len(plan.slices)} {plan.mode} slice(s)", show_lines=False)
@@ -109,10 +113,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the slice table of a backfill at the sources' current snapshots."""
-    from rich.console import Console
-
-    from airflow_provider_kappa.backfill.plan import plan as plan_slices
-    from airflow_provider_kappa.backfill.snapshot import snapshot
 
     console = Console()
     bf = load_backfill(args)
@@ -134,7 +134,6 @@ def open_end_notice(bf: Backfill, snapshot_ids: dict[str, int]) -> str | None:
     """What ``kappa backfill`` would say of a window whose ``end + tail`` lies past the landed data
     at these snapshots (it refuses it, or with ``allow_open_end`` publishes only the part the landed
     data closes); ``None`` when the landed data closes the whole window."""
-    from airflow_provider_kappa.backfill.checks import closed_by, falls_short, landed_end
 
     p = bf.params
     landed = falls_short(bf, landed_end(bf, snapshot_ids))

@@ -16,6 +16,7 @@ from pathlib import Path
 from airflow_provider_kappa.engine.jvm import kafka_connector_conf
 from airflow_provider_kappa.engine.launch import live_conf, write_catalogs_file
 from airflow_provider_kappa.engine.processes import sigterm_raises
+from airflow_provider_kappa.engine.submit import submit
 from airflow_provider_kappa.job.checkpoints import live_checkpoint
 from airflow_provider_kappa.job.config import KafkaSourceConfig, load_config
 from airflow_provider_kappa.spark.conf_keys import PREFIX
@@ -31,7 +32,6 @@ def run(args: argparse.Namespace) -> int:
     """Run the job live until it is stopped (Ctrl-C or SIGTERM end it and its Spark driver; exit 0)
     or fails."""
     # imported when the verb runs (not when the CLI's parser is built), like the other verbs' steps
-    from airflow_provider_kappa.engine.submit import submit
 
     cfg = load_config(args.config)
     checkpoint = args.checkpoint or live_checkpoint(cfg.job.checkpoint_root, cfg.job.name)

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import zstandard
+
 PROGRESS_EVENT = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent"
 RUN_ID = "spark.kappa.run.id"
 _NO_WATERMARK = "1970-01-01T00:00:00.000Z"
@@ -70,8 +72,6 @@ def _read(filesystem: Any, path: str, limit: int | None = None) -> str:
     codec = _codec(path)
     with filesystem.open_input_stream(path, compression=None) as raw:  # no guess from the extension
         if codec == "zstd":
-            import zstandard
-
             with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
                 data = reader.read(limit) if limit else reader.readall()
         else:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
+from airflow_provider_kappa.spark.catalog import load_catalog
+
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
@@ -45,6 +47,5 @@ class KappaIcebergHook(BaseHook):
 
     def get_conn(self) -> Catalog:
         """The catalog, named ``catalog_name`` (cached per process by its properties)."""
-        from airflow_provider_kappa.spark.catalog import load_catalog
 
         return load_catalog(self.catalog_name, self.catalog_properties())

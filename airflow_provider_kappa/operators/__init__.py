@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.params import KEYS
+from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan
 from airflow_provider_kappa.exceptions import (
     KappaConcurrencyError,
     KappaConfigError,
@@ -33,6 +35,7 @@ from airflow_provider_kappa.exceptions import (
     KappaValidationError,
 )
 from airflow_provider_kappa.faults import transient_cause
+from airflow_provider_kappa.job.config import load_config
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -120,8 +123,6 @@ class KappaBackfillBaseOperator(BaseOperator):
 
     def load_backfill(self, context: Context) -> Backfill:
         """Load the config and validate the parameters (fails fast on bad input)."""
-        from airflow_provider_kappa.backfill.backfill import Backfill
-        from airflow_provider_kappa.job.config import load_config
 
         if not isinstance(self.config_path, str) or not self.config_path:
             raise AirflowFailException(
@@ -134,7 +135,6 @@ class KappaBackfillBaseOperator(BaseOperator):
     @staticmethod
     def load_plan(value: Any, bf: Backfill, what: str) -> BackfillPlan:
         """The slices pushed by the plan task, checked to belong to this backfill."""
-        from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan
 
         if not isinstance(value, (list, tuple)) or not value or not all(isinstance(s, Mapping) for s in value):
             raise AirflowFailException(f"{what}: plan must be the plan task's XCom (a list of slices), got {value!r}")

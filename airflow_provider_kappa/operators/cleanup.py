@@ -7,7 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_kappa.backfill.cleanup import age_text, cleanup
+from airflow_provider_kappa.backfill.params import human_duration
+from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
+from airflow_provider_kappa.timeparse import parse_duration
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -42,10 +46,6 @@ class KappaCleanupOperator(KappaBackfillBaseOperator):
         self.keep_run_backfill = keep_run_backfill
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        from airflow_provider_kappa.backfill.cleanup import age_text, cleanup
-        from airflow_provider_kappa.backfill.params import human_duration
-        from airflow_provider_kappa.job.config import load_config
-        from airflow_provider_kappa.timeparse import parse_duration
 
         if not isinstance(self.config_path, str) or not self.config_path:
             raise AirflowFailException(

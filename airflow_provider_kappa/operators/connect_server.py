@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_kappa.engine.connect_server import ensure_server, redact_url, stop_owned
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ class KappaConnectServerOperator(KappaBackfillBaseOperator):
         self.action = action
 
     def execute(self, context: Context) -> dict[str, Any] | None:
-        from airflow_provider_kappa.engine.connect_server import ensure_server, redact_url, stop_owned
 
         if self.action not in (START, STOP):
             raise AirflowFailException(

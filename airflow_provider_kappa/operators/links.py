@@ -41,7 +41,9 @@ from urllib.parse import urlparse
 
 from airflow.sdk import BaseOperatorLink
 
+from airflow_provider_kappa.engine.connect_server import configured_url
 from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.job.config import CONNECT
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
@@ -112,7 +114,6 @@ def spark_ui_url(bf: Backfill, slice_id: str) -> str:
     :param bf: the backfill.
     :param slice_id: the slice.
     """
-    from airflow_provider_kappa.job.config import CONNECT
 
     configured = _configured("spark_ui_url", bf, slice_id)
     if configured:
@@ -122,8 +123,6 @@ def spark_ui_url(bf: Backfill, slice_id: str) -> str:
         return ""
     host = socket.getfqdn()
     if bf.cfg.job.engine == CONNECT and bf.cfg.job.connect is not None:
-        from airflow_provider_kappa.engine.connect_server import configured_url
-
         url = configured_url(bf.cfg) or ""
         host = urlparse("http://" + url.split("://", 1)[-1].split(";", 1)[0]).hostname or host
     return f"http://{host}:{conf.get('spark.ui.port', '4040')}"
@@ -135,7 +134,6 @@ def spark_finished_url(bf: Backfill, slice_id: str) -> str:
     :param bf: the backfill.
     :param slice_id: the slice.
     """
-    from airflow_provider_kappa.job.config import CONNECT
 
     finished = _configured("spark_history_url", bf, slice_id)
     if finished or bf.cfg.job.engine != CONNECT:

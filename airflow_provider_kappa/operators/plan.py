@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseBranchOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_kappa.backfill.params import SEQUENTIAL
+from airflow_provider_kappa.backfill.plan import plan as plan_slices
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
 
 if TYPE_CHECKING:
@@ -37,7 +39,6 @@ class KappaPlanOperator(KappaBackfillBaseOperator):
         self.snapshot = snapshot
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        from airflow_provider_kappa.backfill.plan import plan as plan_slices
 
         bf = self.load_backfill(context)
         if not isinstance(self.snapshot, Mapping) or not isinstance(self.snapshot.get("snapshot_ids"), Mapping):
@@ -81,7 +82,6 @@ class KappaModeBranchOperator(BaseBranchOperator, KappaBackfillBaseOperator):
         self.parallel_task_id = parallel_task_id
 
     def choose_branch(self, context: Context) -> str:
-        from airflow_provider_kappa.backfill.params import SEQUENTIAL
 
         bf = self.load_backfill(context)
         chosen = self.sequential_task_id if bf.params.mode == SEQUENTIAL else self.parallel_task_id

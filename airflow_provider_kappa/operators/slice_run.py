@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
 
+from airflow_provider_kappa.backfill.plan import SlicePlan, slice_id
+from airflow_provider_kappa.backfill.slices import run_slice, slice_ready
+from airflow_provider_kappa.engine.processes import stop_running
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
 from airflow_provider_kappa.operators.lineage import (
     KappaLineageMixin,
@@ -78,8 +81,6 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
         self.min_wait_interval = min_wait_interval
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa.backfill.plan import SlicePlan
-        from airflow_provider_kappa.backfill.slices import run_slice, slice_ready
 
         bf = self.load_backfill(context)
         if not isinstance(self.slice_plan, Mapping):
@@ -123,7 +124,6 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
         and session (the query stops inside the server). A run not stopped here (the task's process
         SIGKILLed) gets a parent-death signal; and the next attempt takes a new epoch that refuses
         its commits either way."""
-        from airflow_provider_kappa.engine.processes import stop_running
 
         stopped = stop_running()
         self.log.info("on_kill: stopped %s", stopped or "nothing (no Spark run in progress)")
@@ -131,8 +131,6 @@ class KappaSliceRunOperator(KappaLineageMixin, KappaBackfillBaseOperator):
     def _wait_for_previous(self, context: Context, sp: SlicePlan) -> None:
         """Reschedule until the previous slice succeeds; fail if it gave up."""
         from airflow.sdk import timezone
-
-        from airflow_provider_kappa.backfill.plan import slice_id
 
         ti = context["ti"]
         previous = sp.index - 1

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_kappa.backfill.checks import check_inputs
+from airflow_provider_kappa.backfill.snapshot import snapshot
 from airflow_provider_kappa.operators import PERMANENT_INPUT, KappaBackfillBaseOperator, fail_fast
 from airflow_provider_kappa.operators.lineage import KappaLineageMixin, Lineage, source_tables
+from airflow_provider_kappa.timeparse import parse_duration
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -39,10 +42,6 @@ class KappaSnapshotOperator(KappaLineageMixin, KappaBackfillBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.configuration import conf
-
-        from airflow_provider_kappa.backfill.checks import check_inputs
-        from airflow_provider_kappa.backfill.snapshot import snapshot
-        from airflow_provider_kappa.timeparse import parse_duration
 
         bf = self.load_backfill(context)
         with fail_fast(f"{self.task_id}: inputs", PERMANENT_INPUT):

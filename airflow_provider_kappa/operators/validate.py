@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_kappa.backfill.validate import check_gate, validate
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
 from airflow_provider_kappa.operators.links import KappaReportLink, record_report_link
+from airflow_provider_kappa.report.report import write_report
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -34,8 +36,6 @@ class KappaValidateOperator(KappaBackfillBaseOperator):
         self.plan = plan
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_kappa.backfill.validate import check_gate, validate
-        from airflow_provider_kappa.report.report import write_report
 
         bf = self.load_backfill(context)
         plan = self.load_plan(self.plan, bf, self.task_id)

@@ -49,12 +49,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSupersededError
-from airflow_provider_kappa.spark.catalog import ensure_namespace
+from airflow_provider_kappa.spark.catalog import catalog_from_options, ensure_namespace, load_table
+from airflow_provider_kappa.spark.ledger import record_batch
+from airflow_provider_kappa.spark.staging import ensure_staging_table, fenced_staging_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -196,7 +199,6 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
                 f"kappa_iceberg writer: a backfill must write to a staging table, not to its target "
                 f"{self._opts.target_table!r} (set spark.kappa.sink.<sink>.write_table)"
             )
-        from airflow_provider_kappa.spark.catalog import catalog_from_options
 
         # what locates the catalog: its name, inline (non-secret) properties, the catalogs file's path
         self._catalog_options = {
@@ -272,12 +274,9 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         """Commit micro-batch ``batchId`` as one Iceberg append, unless it already is in the table."""
         from pyiceberg.exceptions import CommitFailedException
 
-        from airflow_provider_kappa.spark.catalog import catalog_from_options, load_table
-
         if self._opts.ledger and self._opts.checkpoint:
             # live: the batch's Kafka offsets into the live ledger before the batch is committed
             # anywhere, so every batch Spark commits has its entry (docs/landing.md, exact replay)
-            from airflow_provider_kappa.spark.ledger import record_batch
 
             record_batch(self._opts.checkpoint, self._opts.ledger, batchId)
         files = [f for m in messages if isinstance(m, KappaCommitMessage) for f in m.files]
@@ -332,7 +331,6 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         Spark also aborts when ``commit`` itself raised, possibly after the Iceberg commit
         landed (the crash exactly-once is about): then the files belong to the table and stay.
         """
-        from airflow_provider_kappa.spark.catalog import catalog_from_options, load_table
 
         files = [f for m in messages if isinstance(m, KappaCommitMessage) for f in m.files]
         if not files:
@@ -382,7 +380,6 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
     def _fenced(self, catalog: Catalog, files: Sequence[WireDataFile], batch_id: int) -> Table:
         """The staging table, freshly loaded, if this run's epoch still owns it; else delete
         ``files`` and raise :class:`KappaSupersededError`."""
-        from airflow_provider_kappa.spark.staging import fenced_staging_table
 
         assert self._opts.epoch is not None
         try:
@@ -451,7 +448,6 @@ def read_query_id(checkpoint: str | None) -> str | None:
 
     :param checkpoint: the query's ``checkpointLocation``.
     """
-    from urllib.parse import urlparse
 
     if not checkpoint:
         return None
@@ -473,8 +469,6 @@ def _writable_table(catalog: Catalog, opts: SinkOptions, schema: StructType) -> 
     from pyiceberg.exceptions import NoSuchTableError
 
     if opts.mode == "backfill":
-        from airflow_provider_kappa.spark.staging import ensure_staging_table, fenced_staging_table
-
         if opts.epoch:  # the launcher created the table for this epoch; a run it no longer owns stops here
             return fenced_staging_table(catalog, opts.table, opts.epoch)
         return ensure_staging_table(catalog, opts.target_table, opts.table)

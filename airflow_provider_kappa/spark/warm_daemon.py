@@ -26,14 +26,18 @@ Runs inside Spark's room: imports pyspark, never Airflow.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import runpy
 import select
 import signal
 import socket
 import struct
 import sys
 import time
+import traceback
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,7 +142,6 @@ def _recv_exactly(conn: socket.socket, size: int) -> bytes:
 def preload() -> list[str]:
     """Import :data:`PRELOAD` (single-threaded BLAS first); the modules that failed to import."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    import importlib
 
     failed = []
     for name in PRELOAD:
@@ -262,8 +265,6 @@ def _fork_manager(conn: socket.socket, others: list[socket.socket]) -> int | Non
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1
         except BaseException:  # noqa: BLE001 - printed to the stub's stderr, then the exit code
-            import traceback
-
             traceback.print_exc()
         finally:
             os._exit(code)
@@ -277,7 +278,6 @@ def _fork_manager(conn: socket.socket, others: list[socket.socket]) -> int | Non
 
 def _run_module(module: str, argv: Sequence[str]) -> None:
     """What ``python -m module argv...`` does, in this (already warm) interpreter."""
-    import runpy
 
     # sys.path as `python -m` would build it: the working folder, then PYTHONPATH, then the rest
     pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -292,8 +292,6 @@ def _run_module(module: str, argv: Sequence[str]) -> None:
 
         manager()  # runpy would import a second copy of pyspark.daemon
     else:
-        import warnings
-
         with warnings.catch_warnings():  # "found in sys.modules ... prior to execution": preloaded on purpose
             warnings.simplefilter("ignore", RuntimeWarning)
             runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -689,7 +689,7 @@ def test_an_empty_slice_is_skipped_without_spark_and_keeps_the_checkpoint_chain(
     )
     assert len(first.spans) == plan.slices[0].files == 1
     began = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="airflow_provider_kappa.backfill.steps"):
+    with caplog.at_level(logging.INFO, logger="airflow_provider_kappa.backfill.slices"):
         skipped = slice_steps.run_slice(bf, plan.slices[1], submit_fn=no_spark)
     assert time.monotonic() - began < 10
     assert skipped["skipped"] is True and skipped["rows_read"] == 0 and skipped["batches"] == 0

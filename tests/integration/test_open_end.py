@@ -101,7 +101,7 @@ class LockAtPublish(logging.Handler):
 @pytest.fixture()
 def lock_at_publish(catalog_props: dict[str, str]) -> Iterator[LockAtPublish]:
     handler = LockAtPublish(Path(catalog_props["uri"].removeprefix("sqlite:///")))
-    logger = logging.getLogger("airflow_provider_kappa.backfill.finish")
+    logger = logging.getLogger("airflow_provider_kappa.backfill.publish")
     saved = logger.level
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)

@@ -127,3 +127,114 @@ def test_no_import_cycle() -> None:
         if v not in index:
             visit(v)
     assert cycles == []
+
+
+# --------------------------------------------------------------------------- sizes
+
+#: The limits docs/architecture.md states: a folder of the package (a room) holds at most this share
+#: of its lines, a module at most MODULE_LINES lines, a function at most FUNCTION_LINES (docstring included).
+ROOM_SHARE = 0.25
+MODULE_LINES = 600
+FUNCTION_LINES = 80
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_no_room_holds_more_than_a_quarter_of_the_package() -> None:
+    sizes: dict[str, int] = {}
+    for path in PACKAGE.rglob("*.py"):
+        folder = str(path.parent.relative_to(PACKAGE)) if path.parent != PACKAGE else "core"
+        sizes[folder] = sizes.get(folder, 0) + _lines(path)
+    total = sum(sizes.values())
+    over = {room: f"{n / total:.1%}" for room, n in sizes.items() if n > ROOM_SHARE * total}
+    assert not over, f"rooms over {ROOM_SHARE:.0%} of the package's {total} lines: {over}"
+
+
+def test_no_module_over_the_limit() -> None:
+    over = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := _lines(p)) > MODULE_LINES}
+    assert not over, f"modules over {MODULE_LINES} lines: {over}"
+
+
+def test_no_function_over_the_limit() -> None:
+    over = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    over[f"{path.relative_to(PACKAGE)}:{node.name}"] = length
+    assert not over, f"functions over {FUNCTION_LINES} lines: {over}"
+
+
+# --------------------------------------------------------------------------- function-level imports
+
+#: Libraries a process may have to stay without (DAG parsing, the CLI's parser, Airflow workers, Spark's
+#: Python workers): an import of them, or of a module of the package that loads them when imported, may
+#: sit inside a function. Any other import goes at the top of its module.
+HEAVY = {"pyspark", "pyiceberg", "pyarrow", "numpy", "pandas", "airflow", "py4j", "kafka", "structlog", "fsspec"}
+
+
+def _module_level_imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """Every module ``module`` imports when it is imported: its top-level imports, a ``try`` block's
+    included, not those under ``if TYPE_CHECKING:``."""
+    out: set[str] = set()
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        nodes = ast.walk(node) if isinstance(node, ast.Try) else [node]
+        for n in nodes:
+            if isinstance(n, ast.Import):
+                out.update(a.name for a in n.names)
+            elif isinstance(n, ast.ImportFrom):
+                out.update(_targets(module, path, n, known))
+    return out
+
+
+def _targets(module: str, path: Path, node: ast.ImportFrom, known: dict[str, Path]) -> set[str]:
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    if node.level:
+        base = package.split(".")[: len(package.split(".")) - node.level + 1]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    return {f"{target}.{a.name}" if f"{target}.{a.name}" in known else target for a in node.names}
+
+
+def _loads_heavy(target: str, known: dict[str, Path], seen: dict[str, bool]) -> bool:
+    top = target.split(".")[0]
+    if top != NAME:
+        return top in HEAVY
+    if target not in known:
+        return False
+    if target not in seen:
+        seen[target] = False  # an import cycle: no heavy import through it
+        seen[target] = any(_loads_heavy(t, known, seen) for t in _module_level_imports(target, known[target], known))
+    return seen[target]
+
+
+def _optional(module: str, target: str) -> bool:
+    """The demo is the ``[demo]`` extra: outside its room (``kappa demo``'s verb) it is imported only
+    when it runs, so the CLI's parser and Airflow workers never load it (tests/unit/test_imports.py)."""
+    return room(target) == "demo" and room(module) != "demo"
+
+
+def test_imports_inside_functions_only_keep_heavy_libraries_out() -> None:
+    known = modules()
+    seen: dict[str, bool] = {}
+    needless = []
+    for module, path in sorted(known.items()):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    targets = {a.name for a in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    targets = _targets(module, path, node, known)
+                else:
+                    continue
+                light = sorted(t for t in targets if not _loads_heavy(t, known, seen) and not _optional(module, t))
+                if light:
+                    needless.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {light}")
+    assert not needless, "imports inside a function that load no heavy library (move them up):\n" + "\n".join(needless)
