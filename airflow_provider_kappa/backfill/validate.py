@@ -1,4 +1,6 @@
-"""Staged backfill output vs the target's current rows for a window: a multiset comparison.
+"""Staged backfill output vs the target's current rows for a window: the validation report,
+the publish gate (:func:`check_min_match`, :func:`check_gate`), :func:`validate_window` and the
+backfill's validate step (:func:`validate`).
 
 Both sides are read with pyiceberg for ``time_column`` in ``[start, end)`` and compared as
 multisets of full rows (every column, nulls equal to nulls): a row value staged ``s`` times
@@ -10,42 +12,45 @@ caller may want to refuse it). No Spark, no Airflow.
 
 Bounded memory (:func:`validate_window`): the window is never held by the worker. Both sides
 are streamed in batches of at most ``batch_rows`` rows, one data file at a time
-(:mod:`~airflow_provider_kappa.backfill.row_stream`). Each in-window row is hashed (all its
-columns) to one of ``P`` partitions and appended, with a staged/target marker, to that
-partition's Arrow IPC file in a temporary directory; ``P`` is chosen from the planned row
-count so that one partition holds about ``partition_bytes``. Identical rows always land in
-the same partition, so the partitions are then compared one at a time with an exact pyarrow
-``group_by`` over the full rows (hashes only route rows; equality is decided on the values):
-the numbers are those of one ``group_by`` over the whole window, and the differing rows of
-the samples are real rows. Counts per hour, counts per output window (:class:`WindowCounts`)
-and rows outside the window are summed batch by batch. Peak memory: a few batches, one
-partition and its ``group_by``, whatever the window.
-
-Output windows: the distinct values of ``time_column`` are counted on both sides (a
-streaming job's window starts lie on a grid: every 5 minutes, say); the grid step is the
-greatest common divisor of their distances. When the values do not lie on a grid of at most
-:data:`MAX_WINDOWS` cells over the window, or there are more than :data:`MAX_DISTINCT` of them,
-rows are counted in round buckets instead (:func:`~airflow_provider_kappa.timeaxis.round_step`,
-about :data:`BUCKETS` of them).
+(:mod:`~airflow_provider_kappa.backfill.row_stream`), and each in-window row goes to the
+hash-partitioned spill of :mod:`~airflow_provider_kappa.backfill.compare`, whose partitions
+are compared one at a time with an exact pyarrow ``group_by`` over the full rows: the numbers
+are those of one ``group_by`` over the whole window, and the differing rows of the samples are
+real rows. Counts per hour, counts per output window
+(:class:`~airflow_provider_kappa.backfill.compare.WindowCounts`) and rows outside the window
+are summed batch by batch. Peak memory: a few batches, one partition and its ``group_by``,
+whatever the window.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, time
-from decimal import Decimal
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.backfill.checks import closed_end
+from airflow_provider_kappa.backfill.compare import (
+    DEFAULT_PARTITION_BYTES,
+    HourCounts,
+    Spill,
+    WindowCounter,
+    WindowCounts,
+    compare_grouped,
+    grouped_tables,
+    hour_counts,
+    hourly_counts,
+    jsonable,
+    merge_hours,
+    partition_count,
+)
 from airflow_provider_kappa.backfill.plan import BackfillPlan, null_ingestion_warnings, staging_tables
 from airflow_provider_kappa.backfill.row_stream import DEFAULT_BATCH_ROWS, plain_schema, plan, table_batches
 from airflow_provider_kappa.exceptions import KappaSinkError, KappaValidationError
-from airflow_provider_kappa.timeaxis import floor_to, format_duration_us, round_step
+from airflow_provider_kappa.timeaxis import format_duration_us
 from airflow_provider_kappa.timeparse import parse_timestamp
 
 if TYPE_CHECKING:
@@ -53,53 +58,9 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.schema import Schema
-    from pyiceberg.table import Table
+    from pyiceberg.table import FileScanTask, Table
 
     from airflow_provider_kappa.backfill.backfill import Backfill
-
-_STAGED = "__kappa_staged"
-_TARGET = "__kappa_target"
-DEFAULT_PARTITION_BYTES = 8 * 1024 * 1024
-_MAX_PARTITIONS = 512
-#: Most output windows a report keeps per sink (a week of 5-minute windows).
-MAX_WINDOWS = 2016
-#: Most distinct ``time_column`` values counted before falling back to round buckets.
-MAX_DISTINCT = 20_000
-#: About how many round buckets cover the window when its values lie on no usable grid.
-BUCKETS = 144
-
-
-@dataclass
-class HourCounts:
-    """Rows per hour of ``time_column`` on both sides."""
-
-    hour: str
-    staged: int
-    target: int
-
-
-@dataclass
-class WindowCounts:
-    """Rows per output window on both sides: ``staged[i]`` and ``target[i]`` rows have
-    ``time_column`` in ``[first + i * step, first + (i + 1) * step)``; ``only_staged[i]`` and
-    ``only_target[i]`` of them are on that side only (the multiset difference of that window:
-    a window can differ with equal counts, a corrupted value say).
-
-    ``grid`` is True when the step is the grid of the values themselves (each cell is one
-    output window of the job), False when they were counted in round buckets.
-    """
-
-    first: str
-    step_seconds: float
-    grid: bool
-    staged: list[int] = field(default_factory=list)
-    target: list[int] = field(default_factory=list)
-    only_staged: list[int] = field(default_factory=list)
-    only_target: list[int] = field(default_factory=list)
-
-    def differing(self) -> list[int]:
-        """Indexes of the windows whose rows differ."""
-        return [i for i, (s, t) in enumerate(zip(self.only_staged, self.only_target)) if s or t]
 
 
 @dataclass
@@ -134,7 +95,7 @@ class ValidationReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-safe Python values."""
-        return _jsonable(asdict(self))  # type: ignore[no-any-return]
+        return jsonable(asdict(self))  # type: ignore[no-any-return]
 
     def to_json(self) -> str:
         """The report as JSON (for XCom, files and machines)."""
@@ -167,22 +128,8 @@ class ValidationReport:
         for title, rows in (("only in staged", self.only_staged_sample), ("only in target", self.only_target_sample)):
             if rows:
                 lines.append(f"  sample {title}:")
-                lines.extend(f"    {json.dumps(_jsonable(r), sort_keys=True)}" for r in rows)
+                lines.extend(f"    {json.dumps(jsonable(r), sort_keys=True)}" for r in rows)
         return "\n".join(lines)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (datetime, date, time)):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.hex()
-    return value
 
 
 def check_min_match(report: ValidationReport, min_match: float) -> None:
@@ -306,220 +253,6 @@ def read_staged(
     return pa.concat_tables(parts)
 
 
-def _row_keys(table: pa.Table) -> pa.Table:
-    """``table`` with nested columns (struct/list/map, not groupable) replaced by their JSON text."""
-    import pyarrow as pa
-
-    cols = []
-    for _name, column in zip(table.column_names, table.columns):
-        if pa.types.is_nested(column.type):
-            text = [None if v is None else json.dumps(_jsonable(v), sort_keys=True) for v in column.to_pylist()]
-            cols.append(pa.array(text, pa.string()))
-        else:
-            cols.append(column)
-    return pa.table(cols, names=table.column_names)
-
-
-def _key_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema of :func:`_row_keys`'s result for rows of ``schema``."""
-    import pyarrow as pa
-
-    return pa.schema([pa.field(f.name, pa.string() if pa.types.is_nested(f.type) else f.type) for f in schema])
-
-
-def _compare_grouped(
-    grouped: pa.Table, sample: int
-) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int]:
-    """Matched rows, samples and excess counts of a ``group_by(rows).aggregate(staged sum, target sum)``."""
-    import pyarrow.compute as pc
-
-    s, t = grouped[f"{_STAGED}_sum"], grouped[f"{_TARGET}_sum"]
-    matched = int(pc.sum(pc.min_element_wise(s, t)).as_py() or 0)
-    excess_staged = pc.subtract(s, t)
-    only_staged = grouped.filter(pc.greater(excess_staged, 0))
-    only_target = grouped.filter(pc.less(excess_staged, 0))
-
-    def sample_of(rows: pa.Table, mine: str, other: str) -> list[dict[str, Any]]:
-        out = []
-        for r in rows.slice(0, sample).to_pylist():
-            extra = r.pop(f"{mine}_sum") - r.pop(f"{other}_sum")
-            out.append({**r, "_count": extra})
-        return out
-
-    n_staged = int(pc.sum(pc.subtract(only_staged[f"{_STAGED}_sum"], only_staged[f"{_TARGET}_sum"])).as_py() or 0)
-    n_target = int(pc.sum(pc.subtract(only_target[f"{_TARGET}_sum"], only_target[f"{_STAGED}_sum"])).as_py() or 0)
-    return (
-        matched,
-        sample_of(only_staged, _STAGED, _TARGET),
-        sample_of(only_target, _TARGET, _STAGED),
-        n_staged,
-        n_target,
-    )
-
-
-def _group(both: pa.Table) -> pa.Table:
-    keys = [c for c in both.column_names if c not in (_STAGED, _TARGET)]
-    return both.group_by(keys, use_threads=False).aggregate([(_STAGED, "sum"), (_TARGET, "sum")])
-
-
-def compare_rows(
-    staged: pa.Table, target: pa.Table, sample: int
-) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]], int, int]:
-    """Multiset comparison of two tables with the same columns, both held in memory
-    (:func:`validate_window` streams instead).
-
-    :return: (matched rows, sample only in staged, sample only in target,
-        rows only in staged, rows only in target).
-    """
-    grouped = _grouped_tables(staged, target)
-    return (0, [], [], 0, 0) if grouped is None else _compare_grouped(grouped, sample)
-
-
-def _grouped_tables(staged: pa.Table, target: pa.Table) -> pa.Table | None:
-    """Both tables' rows grouped, with the count of each on both sides (None when both are empty)."""
-    import pyarrow as pa
-
-    left = _row_keys(staged).append_column(_STAGED, pa.repeat(1, staged.num_rows).cast(pa.int64()))
-    left = left.append_column(_TARGET, pa.repeat(0, staged.num_rows).cast(pa.int64()))
-    right = _row_keys(target).append_column(_STAGED, pa.repeat(0, target.num_rows).cast(pa.int64()))
-    right = right.append_column(_TARGET, pa.repeat(1, target.num_rows).cast(pa.int64()))
-    both = pa.concat_tables([left, right.cast(left.schema)])
-    return None if both.num_rows == 0 else _group(both)
-
-
-def _hour_counts(rows: pa.Table | pa.RecordBatch, time_column: str) -> dict[str, int]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if rows.num_rows == 0:
-        return {}
-    column = rows[time_column]
-    if pa.types.is_date(column.type):
-        column = column.cast(pa.timestamp("us"))
-    hours = pa.table({"h": pc.floor_temporal(column, unit="hour")})
-    counted = hours.group_by(["h"], use_threads=False).aggregate([([], "count_all")])
-    out = {}
-    for h, n in zip(counted["h"].to_pylist(), counted["count_all"].to_pylist()):
-        out["null" if h is None else h.isoformat()] = int(n)
-    return out
-
-
-def _hours(s: dict[str, int], t: dict[str, int]) -> list[HourCounts]:
-    return [HourCounts(hour=h, staged=s.get(h, 0), target=t.get(h, 0)) for h in sorted(set(s) | set(t))]
-
-
-def hourly_counts(staged: pa.Table, target: pa.Table, time_column: str) -> list[HourCounts]:
-    """Rows per hour of ``time_column`` (UTC) on both sides, hours in order."""
-    return _hours(_hour_counts(staged, time_column), _hour_counts(target, time_column))
-
-
-class _WindowCounter:
-    """Rows per distinct ``time_column`` value (epoch microseconds) on both sides, folded into
-    round buckets once more than :data:`MAX_DISTINCT` values are seen (memory stays bounded)."""
-
-    def __init__(self, start: datetime, end: datetime) -> None:
-        from airflow_provider_kappa.timeparse import to_micros
-
-        self.lo = to_micros(parse_timestamp(start, "window start"))
-        self.hi = to_micros(parse_timestamp(end, "window end"))
-        self.bucket: int | None = None
-        self.counts: dict[int, list[int]] = {}  # value -> [staged, target, only staged, only target]
-
-    def add(self, rows: pa.Table | pa.RecordBatch, time_column: str, staged: bool) -> None:
-        """Count ``rows`` (already windowed: no null ``time_column``) of one side."""
-        import numpy as np
-
-        if rows.num_rows == 0:
-            return
-        micros = _micros(rows[time_column])
-        if self.bucket is None:
-            values, counts = np.unique(micros, return_counts=True)
-            if len(self.counts) + len(values) > MAX_DISTINCT:
-                self._fold(round_step((self.hi - self.lo) / BUCKETS))
-        if self.bucket is not None:
-            values, counts = np.unique(micros // self.bucket * self.bucket, return_counts=True)
-        side = 0 if staged else 1
-        for value, n in zip(values.tolist(), counts.tolist()):
-            self.counts.setdefault(int(value), [0, 0, 0, 0])[side] += int(n)
-
-    def add_differences(self, grouped: pa.Table, time_column: str) -> None:
-        """Count the rows on one side only, per window, from grouped rows with both sides' counts
-        (their values were all counted by :meth:`add` before)."""
-        import numpy as np
-
-        excess = np.asarray(grouped[f"{_STAGED}_sum"].to_numpy(), dtype=np.int64) - np.asarray(
-            grouped[f"{_TARGET}_sum"].to_numpy(), dtype=np.int64
-        )
-        differing = np.nonzero(excess)[0]
-        if not len(differing):
-            return
-        micros = _micros(grouped[time_column].take(differing))
-        if self.bucket is not None:
-            micros = micros // self.bucket * self.bucket
-        values, inverse = np.unique(micros, return_inverse=True)
-        excess = excess[differing]
-        only_staged = np.bincount(inverse, weights=np.maximum(excess, 0), minlength=len(values))
-        only_target = np.bincount(inverse, weights=np.maximum(-excess, 0), minlength=len(values))
-        for value, s, t in zip(values.tolist(), only_staged.tolist(), only_target.tolist()):
-            cell = self.counts.setdefault(int(value), [0, 0, 0, 0])
-            cell[2] += int(s)
-            cell[3] += int(t)
-
-    def _fold(self, bucket: int) -> None:
-        self.bucket = bucket
-        folded: dict[int, list[int]] = {}
-        for value, sides in self.counts.items():
-            cell = folded.setdefault(floor_to(value, bucket), [0, 0, 0, 0])
-            for k, n in enumerate(sides):
-                cell[k] += n
-        self.counts = folded
-
-    def result(self) -> WindowCounts:
-        """The counts per window over the whole window ``[start, end)``, empty windows included."""
-        from airflow_provider_kappa.timeparse import from_micros
-
-        values = sorted(self.counts)
-        step, origin, grid = self.bucket, 0, False
-        if step is None and len(values) >= 2:
-            gcd = 0
-            for v in values[1:]:
-                gcd = math.gcd(gcd, v - values[0])
-            if -(-(self.hi - self.lo) // gcd) <= MAX_WINDOWS:
-                step, origin, grid = gcd, values[0], True
-        if step is None:
-            step = round_step((self.hi - self.lo) / BUCKETS)
-            self._fold(step)
-            values = sorted(self.counts)
-        first = floor_to(self.lo, step, origin)
-        if grid and first < self.lo:  # no value lies before lo: the grid's first cell inside the window
-            first += step
-        n = max(1, -(-(self.hi - first) // step))
-        sides: list[list[int]] = [[0] * n for _ in range(4)]
-        for v in values:
-            i = (v - first) // step
-            for k in range(4):
-                sides[k][i] += self.counts[v][k]
-        return WindowCounts(
-            first=from_micros(first).isoformat(),
-            step_seconds=step / 1e6,
-            grid=grid,
-            staged=sides[0],
-            target=sides[1],
-            only_staged=sides[2],
-            only_target=sides[3],
-        )
-
-
-def _micros(column: pa.Array | pa.ChunkedArray) -> Any:
-    """A timestamp or date column as int64 epoch microseconds (numpy)."""
-    import numpy as np
-    import pyarrow as pa
-
-    if pa.types.is_date(column.type):
-        column = column.cast(pa.timestamp("us"))
-    return np.asarray(column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64()).to_numpy(), dtype=np.int64)
-
-
 def _report(
     *,
     target_table: str,
@@ -582,10 +315,10 @@ def build_report(
     :param staged_outside_window: staged rows found outside the window.
     :param sample: how many differing rows to keep per side.
     """
-    windows = _WindowCounter(start, end)
+    windows = WindowCounter(start, end)
     windows.add(staged, time_column, staged=True)
     windows.add(target, time_column, staged=False)
-    grouped = _grouped_tables(staged, target)
+    grouped = grouped_tables(staged, target)
     if grouped is not None:
         windows.add_differences(grouped, time_column)
     return _report(
@@ -596,96 +329,11 @@ def build_report(
         end=end,
         staged_rows=staged.num_rows,
         target_rows=target.num_rows,
-        compared=(0, [], [], 0, 0) if grouped is None else _compare_grouped(grouped, sample),
+        compared=(0, [], [], 0, 0) if grouped is None else compare_grouped(grouped, sample),
         per_hour=hourly_counts(staged, target, time_column),
         staged_outside_window=staged_outside_window,
         windows=windows.result(),
     )
-
-
-class _Spill:
-    """Rows of both sides routed by a hash of the whole row to ``partitions`` Arrow IPC files.
-
-    Each file holds the key columns (:func:`_row_keys`) and two int64 markers (1 on the
-    staged or the target side). ``largest_batch_rows`` / ``largest_partition_rows`` record
-    the biggest pieces held in memory (what the memory bound rests on).
-    """
-
-    def __init__(self, directory: Path, schema: pa.Schema, partitions: int) -> None:
-        import pyarrow as pa
-
-        self.directory = directory
-        self.keys = _key_schema(schema)
-        self.schema = self.keys.append(pa.field(_STAGED, pa.int64())).append(pa.field(_TARGET, pa.int64()))
-        self.partitions = partitions
-        self.writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
-        self.largest_batch_rows = 0
-        self.largest_partition_rows = 0
-
-    def add(self, rows: pa.RecordBatch, staged: bool) -> None:
-        """Route ``rows`` (already windowed) of one side to their partitions."""
-        import pyarrow as pa
-
-        n = rows.num_rows
-        if n == 0:
-            return
-        self.largest_batch_rows = max(self.largest_batch_rows, n)
-        keys = _row_keys(pa.Table.from_batches([rows])).cast(self.keys)
-        ones, zeros = pa.repeat(1, n).cast(pa.int64()), pa.repeat(0, n).cast(pa.int64())
-        keys = keys.append_column(_STAGED, ones if staged else zeros).append_column(_TARGET, zeros if staged else ones)
-        if self.partitions == 1:
-            self._write(0, keys)
-            return
-        import numpy as np
-
-        ids = _partition_ids(keys.select(self.keys.names), self.partitions)
-        order = np.argsort(ids, kind="stable")
-        bounds = np.searchsorted(ids[order], np.arange(self.partitions + 1))
-        routed = keys.take(pa.array(order))
-        for p in range(self.partitions):
-            if bounds[p + 1] > bounds[p]:
-                self._write(p, routed.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])))
-
-    def _write(self, partition: int, rows: pa.Table) -> None:
-        import pyarrow as pa
-
-        writer = self.writers.get(partition)
-        if writer is None:
-            options = pa.ipc.IpcWriteOptions(compression="lz4")
-            writer = pa.ipc.new_stream(str(self.directory / f"p{partition:04d}.arrows"), self.schema, options=options)
-            self.writers[partition] = writer
-        writer.write_table(rows)
-
-    def grouped(self) -> Iterator[pa.Table]:
-        """Each partition's rows grouped: the keys with the sums of both markers."""
-        import pyarrow as pa
-
-        for writer in self.writers.values():
-            writer.close()
-        for partition in sorted(self.writers):
-            with pa.ipc.open_stream(str(self.directory / f"p{partition:04d}.arrows")) as reader:
-                rows = reader.read_all()
-            self.largest_partition_rows = max(self.largest_partition_rows, rows.num_rows)
-            yield _group(rows)
-            del rows
-
-
-def _partition_ids(keys: pa.Table, partitions: int) -> Any:
-    """A partition number per row, from a 64-bit hash of all its values (pandas' hash_pandas_object)."""
-    import pandas as pd
-
-    frame = keys.to_pandas(date_as_object=False, ignore_metadata=True)
-    return pd.util.hash_pandas_object(frame, index=False).to_numpy() % partitions
-
-
-def _partition_count(schema: pa.Schema, rows: int, partition_bytes: int) -> int:
-    """Enough partitions for ``rows`` rows of ``schema`` to give about ``partition_bytes`` each."""
-    import pyarrow as pa
-
-    width = 16  # the two markers
-    for f in _key_schema(schema):
-        width += f.type.byte_width if pa.types.is_primitive(f.type) and f.type.bit_width >= 8 else 32
-    return max(1, min(_MAX_PARTITIONS, math.ceil(rows * width / max(1, partition_bytes))))
 
 
 def validate_window(
@@ -743,7 +391,8 @@ def _validate(
     batch_rows: int,
     partition_bytes: int,
     spill_dir: str | Path | None,
-) -> tuple[ValidationReport, _Spill]:
+) -> tuple[ValidationReport, Spill]:
+    """:func:`validate_window`'s work; the spill is returned too (its sizes show the memory bound)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
@@ -755,26 +404,20 @@ def _validate(
     row_filter = window_filter(target.schema(), time_column, start, end)
     schema = plain_schema(target)
     target_tasks = plan(target, row_filter)
-    staged_plans = []
-    for identifier in staging:
-        try:
-            table = catalog.load_table(identifier)
-        except NoSuchTableError as e:
-            raise KappaSinkError(f"staging table {identifier!r} does not exist in catalog {catalog.name!r}") from e
-        staged_plans.append((identifier, table, plan(table)))
+    staged_plans = _staged_plans(catalog, staging)
     planned = sum(t.file.record_count for t in target_tasks) + sum(
         t.file.record_count for *_, ts in staged_plans for t in ts
     )
     counts = {"staged": 0, "target": 0, "outside": 0}
     hours: dict[str, dict[str, int]] = {"staged": {}, "target": {}}
-    windows = _WindowCounter(start, end)
+    windows = WindowCounter(start, end)
 
     def count_hours(side: str, rows: pa.RecordBatch) -> None:
-        for h, n in _hour_counts(rows, time_column).items():
+        for h, n in hour_counts(rows, time_column).items():
             hours[side][h] = hours[side].get(h, 0) + n
 
     with tempfile.TemporaryDirectory(prefix="kappa-validate-", dir=spill_dir) as work:
-        spill = _Spill(Path(work), schema, _partition_count(schema, planned, partition_bytes))
+        spill = Spill(Path(work), schema, partition_count(schema, planned, partition_bytes))
         for batch in table_batches(target, target_tasks, batch_rows=batch_rows):
             inside = batch.filter(in_window_mask(batch, time_column, start, end))
             counts["target"] += inside.num_rows
@@ -793,7 +436,7 @@ def _validate(
         only_s: list[dict[str, Any]] = []
         only_t: list[dict[str, Any]] = []
         for grouped in spill.grouped():
-            m, s_rows, t_rows, n_s, n_t = _compare_grouped(grouped, sample)
+            m, s_rows, t_rows, n_s, n_t = compare_grouped(grouped, sample)
             windows.add_differences(grouped, time_column)
             matched, n_staged, n_target = matched + m, n_staged + n_s, n_target + n_t
             only_s.extend(s_rows[: sample - len(only_s)])
@@ -807,11 +450,26 @@ def _validate(
         staged_rows=counts["staged"],
         target_rows=counts["target"],
         compared=(matched, only_s, only_t, n_staged, n_target),
-        per_hour=_hours(hours["staged"], hours["target"]),
+        per_hour=merge_hours(hours["staged"], hours["target"]),
         staged_outside_window=counts["outside"],
         windows=windows.result(),
     )
     return report, spill
+
+
+def _staged_plans(catalog: Catalog, staging: Iterable[str]) -> list[tuple[str, Table, list[FileScanTask]]]:
+    """Each staging table with the data files of its current snapshot (every row: staged rows
+    outside the window are counted too)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    staged_plans = []
+    for identifier in staging:
+        try:
+            table = catalog.load_table(identifier)
+        except NoSuchTableError as e:
+            raise KappaSinkError(f"staging table {identifier!r} does not exist in catalog {catalog.name!r}") from e
+        staged_plans.append((identifier, table, plan(table)))
+    return staged_plans
 
 
 def _as_target(identifier: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -859,11 +517,19 @@ def validate(bf: Backfill, plan: BackfillPlan) -> dict[str, ValidationReport]:
 
 
 def pinned(plan: BackfillPlan) -> dict[str, int]:
-    """Concrete source name -> the snapshot id the plan's slices read."""
+    """Concrete source name -> the snapshot id the plan's slices read.
+
+    :param plan: the backfill's plan.
+    """
     return dict(plan.slices[0].snapshot_ids) if plan.slices else {}
 
 
 def clipped_note(bf: Backfill, end: datetime) -> str:
+    """The warning of a window that ``allow_open_end`` clipped at ``end``.
+
+    :param bf: the backfill.
+    :param end: where the landed data closes the window (before ``bf.params.end``).
+    """
     return (
         f"allow_open_end: end + tail lies past the landed data, which closes the window only up to "
         f"{end.isoformat()}: validated and published [{bf.params.start.isoformat()}, {end.isoformat()}); "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from airflow_provider_kappa.report.report import Windows
+    from airflow_provider_kappa.report.charts import Windows
 
 
 @dataclass(frozen=True)
@@ -78,18 +78,19 @@ class DemoReport:
         """Write the HTML page (facts, live vs backfill per window, slice throughput, notes),
         drawn by the backfill report's code (:mod:`airflow_provider_kappa.report.report`),
         and return its path."""
-        from airflow_provider_kappa.report import report as draw
+        from airflow_provider_kappa.report.charts import bar_rows_chart, window_chart
+        from airflow_provider_kappa.report.page import page, table
 
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        body = [draw.table(["", ""], self.facts)]
+        body = [table(["", ""], self.facts)]
         windows = self.windows or _hour_windows(self.hours)
         if windows is not None:
             body.append("<h2>Live reference vs backfill, rows per window</h2>")
-            body.append(f"<div class='panel'>{draw.window_chart(windows, 'live reference vs backfill')}</div>")
+            body.append(f"<div class='panel'>{window_chart(windows, 'live reference vs backfill')}</div>")
         if self.slices:
             body.append("<h2>Slices: throughput (rows read per second)</h2>")
-            chart = draw.bar_rows_chart(
+            chart = bar_rows_chart(
                 [s.slice_id for s in self.slices],
                 [s.rows_per_second for s in self.slices],
                 "rows/s",
@@ -97,7 +98,7 @@ class DemoReport:
             )
             body.append(f"<div class='panel'>{chart}</div>")
             body.append(
-                draw.table(
+                table(
                     ["slice", "rows read", "micro-batches", "seconds", "rows/s", "watermark"],
                     [
                         [
@@ -116,14 +117,14 @@ class DemoReport:
         if self.notes:
             body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in self.notes) + "</ul>")
         target.write_text(
-            draw.page(self.title, "live reference (the unchanged job run live) vs the published backfill", body)
+            page(self.title, "live reference (the unchanged job run live) vs the published backfill", body)
         )
         return target
 
 
 def _hour_windows(hours: Sequence[HourCount]) -> Windows | None:
     """Hourly counts as the shared chart's windows (one window per hour, the hours in between empty)."""
-    from airflow_provider_kappa.report.report import Windows
+    from airflow_provider_kappa.report.charts import Windows
     from airflow_provider_kappa.timeaxis import HOUR
     from airflow_provider_kappa.timeparse import parse_timestamp, to_micros
 

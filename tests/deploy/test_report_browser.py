@@ -96,13 +96,12 @@ def served_links(dag: Any, ti: Any) -> dict[str, str | None]:
 def test_extra_links_of_the_real_task_instances(backfill: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.job.config import load_config
-    from airflow_provider_kappa.report.report import report_file
 
     monkeypatch.setenv("KAPPA_LAKE", str(backfill["lake"]))  # the example config's ${KAPPA_LAKE}
     bf = Backfill.create(
         load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml"), RUN_CONF
     )
-    report = Path(report_file(bf.store()))
+    report = Path(bf.store().report_file())
     assert report.is_file() and report.parent.parent.name == "backfill"
     tis = backfill["tis"]
     for task_id in ("validate", "publish"):

@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kappa.backfill.validate import BUCKETS, MAX_DISTINCT, build_report, validate_window
+from airflow_provider_kappa.backfill.compare import BUCKETS, MAX_DISTINCT
+from airflow_provider_kappa.backfill.validate import build_report, validate_window
 from airflow_provider_kappa.demo.report import DemoReport, HourCount, SliceStat
 from airflow_provider_kappa.report import report as rp
+from airflow_provider_kappa.report.axes import FONT_PX, Label, time_axis
+from airflow_provider_kappa.report.page import CSS
 from airflow_provider_kappa.timeaxis import DAY, HOUR, MINUTE, SECOND, count_ticks, round_step
 from airflow_provider_kappa.timeparse import to_micros
 
@@ -75,22 +78,20 @@ def svgs(page: str) -> list[ET.Element]:
 NS = "{http://www.w3.org/2000/svg}"
 
 
-def tick_labels(svg: ET.Element) -> list[rp.Label]:
+def tick_labels(svg: ET.Element) -> list[Label]:
     out = []
     for t in svg.iter(f"{NS}text"):
         if "tick" in (t.get("class") or "").split():
-            out.append(
-                rp.Label(t.text or "", float(t.get("x", 0)), float(t.get("y", 0)), t.get("text-anchor") or "start")
-            )
+            out.append(Label(t.text or "", float(t.get("x", 0)), float(t.get("y", 0)), t.get("text-anchor") or "start"))
     return out
 
 
-def overlaps(labels: list[rp.Label]) -> list[tuple[str, str]]:
+def overlaps(labels: list[Label]) -> list[tuple[str, str]]:
     """Pairs of labels on the same line whose estimated boxes overlap."""
     bad = []
     for i, a in enumerate(labels):
         for b in labels[i + 1 :]:
-            if abs(a.y - b.y) < rp.FONT_PX:
+            if abs(a.y - b.y) < FONT_PX:
                 (l1, r1), (l2, r2) = a.box(), b.box()
                 if l1 < r2 and l2 < r1:
                     bad.append((a.text, b.text))
@@ -234,7 +235,7 @@ def test_page_shows_the_numbers_and_shades_the_incident_windows() -> None:
 @pytest.mark.parametrize("width", [400, 1080])
 def test_time_axis_labels_never_overlap_and_stay_readable(span: int, width: int) -> None:
     lo = to_micros(T0) + 7 * MINUTE
-    _, labels = rp.time_axis(lo, lo + span, 60, width - 20, 100)
+    _, labels = time_axis(lo, lo + span, 60, width - 20, 100)
     main = [lb for lb in labels if lb.y == 116]
     assert overlaps(labels) == []
     assert 2 <= len(main) <= width // 40, [lb.text for lb in main]
@@ -333,7 +334,7 @@ def test_demo_report_text_and_html_use_the_shared_drawing(tmp_path: Path) -> Non
     assert bands == [
         ("2026-11-01T02:00:00+00:00", "2026-11-01T03:00:00+00:00")
     ]  # the hour in between is empty on both sides
-    assert rp.CSS in page and "2026-11-01T00:50:00" in page and "2 rows differ" in page
+    assert CSS in page and "2026-11-01T00:50:00" in page and "2 rows differ" in page
     for chart in charts:
         assert overlaps(tick_labels(chart)) == []
     assert json.dumps(report.to_text())  # text stays plain

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from lake import T0, create_summary_table, summary_row, summary_table
 
-from airflow_provider_kappa.backfill.validate import HourCounts, check_min_match, validate_window
+from airflow_provider_kappa.backfill.compare import HourCounts
+from airflow_provider_kappa.backfill.validate import check_min_match, validate_window
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaValidationError
 from airflow_provider_kappa.spark.staging import ensure_staging_table, staging_table_name
 
