@@ -227,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
     engine = slice_engine(bf, spark_conn_id=args.spark_conn_id)
     with ExitStack() as stack:
         stack.enter_context(sigterm_raises(lambda signum: SystemExit(128 + signum)))  # stopped: fails, cleaned up
-        started = start_engine(engine, stack, timeline)
+        engine_stack = stack.enter_context(ExitStack())  # closed beside validate, below
+        started = start_engine(engine, engine_stack, timeline)
         with timeline.step("snapshot"):
             snapshot_ids = snapshot(bf)
         console.print(f"  pinned snapshots {snapshot_ids} (tag {bf.tag})")
@@ -246,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
             results = run_slices(bf, plan, engine, args, console)
         if results is None:
             return 1
-        stopping = stack.pop_all()  # the engine stops while validate runs
+        stopping = engine_stack.pop_all()  # the engine stops while validate runs
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kappa-engine-stop") as pool:
         stopped = pool.submit(stopping.close)
         code = finish(bf, plan, results, console, timeline)

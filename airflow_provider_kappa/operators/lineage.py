@@ -22,10 +22,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from openlineage.client.generated.catalog_dataset import CatalogDatasetFacet
-from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
-from openlineage.client.generated.storage_dataset import StorageDatasetFacet
-
 from airflow_provider_kappa.spark.catalog import load_table
 
 if TYPE_CHECKING:
@@ -153,6 +149,9 @@ def table_dataset(bf: Backfill, ref: TableRef, output: bool) -> Any:
         SchemaDatasetFacetFields,
         SymlinksDatasetFacet,
     )
+    from openlineage.client.generated.catalog_dataset import CatalogDatasetFacet
+    from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
+    from openlineage.client.generated.storage_dataset import StorageDatasetFacet
 
     catalog = bf.catalog_for(ref.catalog)
     table = load_table(catalog, ref.table)
