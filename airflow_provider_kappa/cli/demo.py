@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from airflow_provider_kappa.backfill.params import MODES
+from airflow_provider_kappa.examples import JOBS
 from airflow_provider_kappa.exceptions import KappaConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``kappa demo``."""
-    from airflow_provider_kappa.backfill.params import MODES
-    from airflow_provider_kappa.examples import JOBS
-
     parser.add_argument("--workdir", type=Path, default=None, help="demo folder (default ./kappa-demo; wiped each run)")
     parser.add_argument("--hours", type=float, default=2.0, help="hours of landed events (default 2, at least 2)")
     parser.add_argument("--rate", type=float, default=10.0, help="impressions per second (default 10; playbacks 1/10)")
@@ -50,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         raise KappaConfigError(
             "kappa demo needs the [demo] extra: pip install 'airflow-provider-kappa[demo]' (or make demo)"
         ) from e
-    from airflow_provider_kappa.demo.story import DemoOptions, default_workdir, run_demo
+    from airflow_provider_kappa.demo.options import DemoOptions, default_workdir
+    from airflow_provider_kappa.demo.run import run_demo
 
     opts = DemoOptions(
         workdir=args.workdir or default_workdir(),

@@ -30,14 +30,26 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_provider_kappa.demo.kafka_broker import _java
 from airflow_provider_kappa.demo.kafka_client import Ack, create_topic, produce
+from airflow_provider_kappa.demo.lakegen import (
+    IMPRESSIONS_TABLE,
+    LATE_THRESHOLD,
+    PLAYBACKS_TABLE,
+    LakeSpec,
+    LakeSummary,
+    landed_events,
+)
+from airflow_provider_kappa.engine.connect_server import log_tail
+from airflow_provider_kappa.engine.jvm import KAFKA_BROKER, SPARK_KAFKA, artifact_jars
+from airflow_provider_kappa.engine.landing import landings
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError, KappaError
 from airflow_provider_kappa.job.config import JobConfig
+from airflow_provider_kappa.spark.ledger import Ledger
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from airflow_provider_kappa.demo.lakegen import LakeSpec, LakeSummary
 
 KAFKA_ENV = "KAPPA_KAFKA"
 """Environment variable the example kappa.yaml files use for ``bootstrap_servers`` (default ``kafka:9092``)."""
@@ -46,9 +58,6 @@ KAFKA_ENV = "KAPPA_KAFKA"
 def kafka_unavailable() -> str | None:
     """Why the demo cannot run a Kafka broker here, in one line, or ``None`` when it can try
     (the broker's and the connector's jars fetched, ``java`` found, kafka-python installed)."""
-    from airflow_provider_kappa.demo.kafka_broker import _java
-    from airflow_provider_kappa.engine.jvm import KAFKA_BROKER, SPARK_KAFKA, artifact_jars
-
     try:
         artifact_jars(KAFKA_BROKER)
         artifact_jars(SPARK_KAFKA)
@@ -78,7 +87,6 @@ def topics_of(configs: Iterable[JobConfig]) -> dict[str, str]:
 
     :raises KappaConfigError: a topic landed into two tables.
     """
-    from airflow_provider_kappa.engine.landing import landings
 
     out: dict[str, str] = {}
     for cfg in configs:
@@ -110,14 +118,6 @@ def produce_lake(bootstrap: str, spec: LakeSpec, topics: Mapping[str, str]) -> t
     :returns: topic -> what was produced, and the lake's summary (landings: none yet; a table no topic
         feeds counts no event).
     """
-    from airflow_provider_kappa.demo.lakegen import (
-        IMPRESSIONS_TABLE,
-        LATE_THRESHOLD,
-        PLAYBACKS_TABLE,
-        LakeSummary,
-        landed_events,
-    )
-
     began = time.monotonic()
     impressions, playbacks = landed_events(spec)
     data = {IMPRESSIONS_TABLE: impressions, PLAYBACKS_TABLE: playbacks}
@@ -159,9 +159,6 @@ def land_lake(configs: Iterable[tuple[Path, JobConfig]], log: Path) -> int:
     :param log: the commands' output (appended).
     :raises KappaEngineError: a landing failed; the message holds the tail of ``log``.
     """
-    from airflow_provider_kappa.engine.connect_server import log_tail
-    from airflow_provider_kappa.engine.landing import landings
-
     kappa = Path(sys.executable).parent / "kappa"
     done: set[str] = set()
     runs = 0
@@ -200,8 +197,6 @@ def restamp_ledger(ledger: str | Path, topics: Mapping[str, Topic]) -> int:
     :param topics: what was produced (offset -> record timestamp).
     :raises KappaError: an entry reads a topic the demo did not produce.
     """
-    from airflow_provider_kappa.spark.ledger import Ledger
-
     book = Ledger(str(ledger))
     entries = [book.entry(name) for _, _, name in book.keys]
     folder = Path(ledger)

@@ -33,6 +33,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_provider_kappa.demo import lake_schema
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
 from airflow_provider_kappa.timeparse import from_micros, to_micros
 
@@ -300,8 +301,6 @@ def _arrow(events: _Events, prefix: str) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from airflow_provider_kappa.demo.lake_schema import RAW_EVENTS_ARROW
-
     ids = pc.binary_join_element_wise(
         pc.cast(pa.array(events.block), pa.string()), pc.cast(pa.array(events.index), pa.string()), "-"
     )
@@ -314,7 +313,7 @@ def _arrow(events: _Events, prefix: str) -> pa.Table:
             pa.array(events.event, pa.int64()).cast(ts),
             pa.array(events.ingestion, pa.int64()).cast(ts),
         ],
-        schema=RAW_EVENTS_ARROW,
+        schema=lake_schema.RAW_EVENTS_ARROW,
     )
 
 
@@ -381,14 +380,12 @@ def local_catalog_properties(lake_dir: str | Path) -> dict[str, str]:
 def _table(catalog: Catalog, identifier: str, create: bool) -> Table:
     from pyiceberg.exceptions import NoSuchTableError
 
-    from airflow_provider_kappa.demo.lake_schema import create_raw_table
-
     try:
         return catalog.load_table(identifier)
     except NoSuchTableError as e:
         if not create:
             raise KappaSourceError(f"table {identifier!r} does not exist in catalog {catalog.name!r}") from e
-        created: Table = create_raw_table(catalog, identifier)
+        created: Table = lake_schema.create_raw_table(catalog, identifier)
         return created
 
 

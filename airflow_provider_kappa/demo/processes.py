@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -54,8 +55,6 @@ def copy_sqlite(source: Path, target: Path) -> None:
     :param target: the copy (replaced).
     :raises KappaError: the source is missing or not a sqlite database.
     """
-    import sqlite3
-
     if not source.is_file():
         raise KappaError(f"Airflow DB {source}: missing; expected the DB that airflow db migrate created")
     try:

@@ -10,10 +10,11 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from airflow_provider_kappa.report.charts import Windows
+from airflow_provider_kappa.report.charts import Windows, bar_rows_chart, window_chart
+from airflow_provider_kappa.report.page import page, table
+from airflow_provider_kappa.timeaxis import HOUR
+from airflow_provider_kappa.timeparse import parse_timestamp, to_micros
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,6 @@ class DemoReport:
         """Write the HTML page (facts, live vs backfill per window, slice throughput, notes),
         drawn by the backfill report's code (:mod:`airflow_provider_kappa.report.report`),
         and return its path."""
-        from airflow_provider_kappa.report.charts import bar_rows_chart, window_chart
-        from airflow_provider_kappa.report.page import page, table
-
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         body = [table(["", ""], self.facts)]
@@ -124,10 +122,6 @@ class DemoReport:
 
 def _hour_windows(hours: Sequence[HourCount]) -> Windows | None:
     """Hourly counts as the shared chart's windows (one window per hour, the hours in between empty)."""
-    from airflow_provider_kappa.report.charts import Windows
-    from airflow_provider_kappa.timeaxis import HOUR
-    from airflow_provider_kappa.timeparse import parse_timestamp, to_micros
-
     starts = [to_micros(parse_timestamp(h.hour, "hour")) for h in hours if h.hour != "null"]
     if not starts:
         return None

@@ -17,18 +17,12 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_kappa.demo.comparison import JobOutcome, explained_by, nodata_boundaries, outcome_from_json
+from airflow_provider_kappa.demo.incident import incident_window
+from airflow_provider_kappa.demo.options import WARMUP, DemoOptions
 from airflow_provider_kappa.demo.processes import StoryProcess, copy_sqlite, decode_json, encode_json, run_stories
 from airflow_provider_kappa.demo.report import HourCount, SliceStat
-from airflow_provider_kappa.demo.story import (
-    WARMUP,
-    DemoOptions,
-    JobOutcome,
-    explained_by,
-    incident_window,
-    nodata_boundaries,
-    outcome_from_json,
-    run_demo,
-)
+from airflow_provider_kappa.demo.run import run_demo
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
 
 JOBS = ("rmi", "playback_sessions")

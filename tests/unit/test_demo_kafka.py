@@ -12,7 +12,8 @@ import pytest
 from airflow_provider_kappa.demo.kafka_broker import cluster_id
 from airflow_provider_kappa.demo.kafka_client import Ack
 from airflow_provider_kappa.demo.kafka_lake import Topic, batch_limits, kafka_unavailable, restamp_ledger
-from airflow_provider_kappa.demo.story import DemoOptions, _start_broker
+from airflow_provider_kappa.demo.lake import start_broker
+from airflow_provider_kappa.demo.options import DemoOptions
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
 from airflow_provider_kappa.spark.ledger import Ledger, LedgerEntry
 
@@ -24,7 +25,7 @@ def test_without_fetched_jars_the_demo_falls_back_saying_why_in_one_line(
     why = kafka_unavailable()
     assert why is not None and "\n" not in why
     assert "'kafka' are not fetched" in why and str(tmp_path / "empty" / "kafka") in why
-    broker, said = _start_broker(DemoOptions(workdir=tmp_path / "demo"), tmp_path / "demo")
+    broker, said = start_broker(DemoOptions(workdir=tmp_path / "demo"), tmp_path / "demo")
     assert broker is None and said == why
     assert not (tmp_path / "demo" / "kafka").exists()  # nothing started
 
@@ -39,7 +40,7 @@ def test_a_broker_that_does_not_start_falls_back_in_one_line_keeping_the_whole_m
     )
     java.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
-    broker, said = _start_broker(DemoOptions(workdir=tmp_path / "demo"), tmp_path / "demo")
+    broker, said = start_broker(DemoOptions(workdir=tmp_path / "demo"), tmp_path / "demo")
     kept = tmp_path / "demo" / "kafka" / "start-error.log"
     assert (
         broker is None
@@ -59,7 +60,7 @@ def test_a_cluster_id_is_a_uuid_the_storage_tool_never_reads_as_an_option() -> N
 
 
 def test_no_kafka_option_chooses_the_iceberg_tail_without_looking_for_a_broker(tmp_path: Path) -> None:
-    broker, said = _start_broker(DemoOptions(workdir=tmp_path, kafka=False), tmp_path)
+    broker, said = start_broker(DemoOptions(workdir=tmp_path, kafka=False), tmp_path)
     assert broker is None and said == "--no-kafka"
 
 
