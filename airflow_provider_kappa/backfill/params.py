@@ -25,12 +25,12 @@ from typing import Any, Literal
 
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.spark.source.options import DEFAULT_MAX_MISALIGNMENT_THRESHOLD
 from airflow_provider_kappa.timeparse import format_duration, parse_duration, parse_timestamp
 
 SEQUENTIAL = "sequential"
 PARALLEL = "parallel"
 MODES = (SEQUENTIAL, PARALLEL)
-DEFAULT_THRESHOLD = timedelta(minutes=15)
 
 # JSON-schema patterns mirroring timeparse: checked by Airflow when a run is triggered.
 _NUM = r"\d+(\.\d+)?"
@@ -215,10 +215,6 @@ class Param:
         return out
 
 
-def _tail_default(cfg: JobConfig, values: Mapping[str, Any]) -> timedelta | None:
-    return cfg.backfill.tail if cfg.backfill.tail is not None else values.get("max_misalignment_threshold")
-
-
 #: The backfill parameters, in form order (the CLI order of DESIGN.md is :data:`CLI_PARAMS`).
 PARAMS: tuple[Param, ...] = (
     Param(
@@ -270,7 +266,7 @@ PARAMS: tuple[Param, ...] = (
         "--max-misalignment",
         "duration",
         "Ingestion time one micro-batch may advance, at most the slice",
-        lambda cfg, v: default_threshold(cfg, v.get("sources")),
+        lambda cfg, v: default_max_misalignment_threshold(cfg, v.get("sources")),
         "the smallest max_misalignment_threshold of the sources, else 15min",
         "15min",
         "advanced",
@@ -293,7 +289,7 @@ PARAMS: tuple[Param, ...] = (
         "--tail",
         "duration",
         "Ingestion time read after end, so late events and the watermark close windows",
-        _tail_default,
+        lambda cfg, v: cfg.backfill.tail if cfg.backfill.tail is not None else v.get("max_misalignment_threshold"),
         "backfill.tail, else the threshold",
         "15min",
         "advanced",
@@ -365,31 +361,14 @@ PARAMS: tuple[Param, ...] = (
 KEYS = tuple(p.name for p in PARAMS)
 BY_NAME = {p.name: p for p in PARAMS}
 #: The parameters in the order of the CLI flags (DESIGN.md "Command line").
-CLI_PARAMS = tuple(
-    BY_NAME[k]
-    for k in (
-        "start",
-        "end",
-        "mode",
-        "slice",
-        "warmup",
-        "tail",
-        "max_misalignment_threshold",
-        "sources",
-        "dry_run",
-        "publish",
-        "min_match",
-        "allow_open_end",
-        "ledger",
-    )
-)
+_CLI_ORDER = "start end mode slice warmup tail max_misalignment_threshold sources dry_run publish min_match"
+CLI_PARAMS = tuple(BY_NAME[k] for k in (*_CLI_ORDER.split(), "allow_open_end", "ledger"))
 
 
 @dataclass(frozen=True)
 class BackfillParams:
     """Validated parameters of one backfill (all times aware UTC), one field per row of
-    :data:`PARAMS`, in its order.
-    """
+    :data:`PARAMS`, in its order."""
 
     start: datetime
     end: datetime
@@ -440,8 +419,8 @@ def human_duration(value: timedelta) -> str:
     return format_duration(value)
 
 
-def default_threshold(cfg: JobConfig, sources: list[str] | tuple[str, ...] | None = None) -> timedelta:
-    """The smallest ``max_misalignment_threshold`` configured on the (resolved) sources, else 15min.
+def default_max_misalignment_threshold(cfg: JobConfig, sources: list[str] | tuple[str, ...] | None = None) -> timedelta:
+    """The sources' smallest ``max_misalignment_threshold``, else :data:`DEFAULT_MAX_MISALIGNMENT_THRESHOLD` (15min).
 
     :param cfg: the job config.
     :param sources: job source names (default: every job source).
@@ -454,7 +433,7 @@ def default_threshold(cfg: JobConfig, sources: list[str] | tuple[str, ...] | Non
             continue
         if isinstance(src, IcebergSourceConfig) and src.max_misalignment_threshold is not None:
             configured.append(src.max_misalignment_threshold)
-    return min(configured) if configured else DEFAULT_THRESHOLD
+    return min(configured) if configured else DEFAULT_MAX_MISALIGNMENT_THRESHOLD
 
 
 def _blank(value: object) -> bool:

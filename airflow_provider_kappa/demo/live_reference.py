@@ -218,9 +218,9 @@ def run_live_reference(
 
 
 def _catalog(cfg: JobConfig, name: str) -> Catalog:
-    from airflow_provider_kappa.job.catalogs import load_catalog
+    from airflow_provider_kappa.job.catalogs import job_catalogs
 
-    return load_catalog(cfg, name)
+    return job_catalogs(cfg)(name)
 
 
 def _drop_targets(cfg: JobConfig) -> None:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow_provider_kappa.engine.submit_args import CATALOGS_SHIP, SUBMIT_PREFIX
-from airflow_provider_kappa.job.catalogs import catalog_properties
+from airflow_provider_kappa.job.catalogs import job_catalog_properties
 from airflow_provider_kappa.job.checkpoints import live_checkpoint
 from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig, KafkaSourceConfig
 from airflow_provider_kappa.spark.settings import (
@@ -42,7 +42,7 @@ def write_catalogs_file(cfg: JobConfig, path: str | Path, names: list[str] | Non
         return Path(cfg.job.catalogs_file)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    data = {n: catalog_properties(cfg, n) for n in (names or list(cfg.catalogs))}
+    data = {n: job_catalog_properties(cfg, n) for n in (names or list(cfg.catalogs))}
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         json.dump(data, fh)

@@ -1,5 +1,5 @@
-"""The Iceberg catalogs of a job: a ``catalogs:`` entry of kappa.yaml -> pyiceberg properties,
-or a loaded pyiceberg Catalog.
+"""The Iceberg catalogs of a job: a ``catalogs:`` entry of kappa.yaml -> pyiceberg properties
+(:func:`job_catalog_properties`), and the job's loader of catalogs by name (:func:`job_catalogs`).
 
 The one place the CLI, the operators and the launcher turn a catalog of the job into
 properties or a Catalog. An entry is either inline pyiceberg properties, or
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from airflow_provider_kappa.job.config import JobConfig
+from airflow_provider_kappa.spark.catalog import load_catalog
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -31,7 +32,7 @@ CatalogFor = Callable[[str], "Catalog"]
 DEFAULT_CONN_ID = "iceberg_default"
 
 
-def catalog_properties(cfg: JobConfig, name: str) -> dict[str, str]:
+def job_catalog_properties(cfg: JobConfig, name: str) -> dict[str, str]:
     """pyiceberg properties of catalog ``name``; a ``conn_id`` catalog asks Airflow's IcebergHook.
 
     :param cfg: the job config.
@@ -46,28 +47,19 @@ def catalog_properties(cfg: JobConfig, name: str) -> dict[str, str]:
     return KappaIcebergHook(iceberg_conn_id=cat.conn_id or DEFAULT_CONN_ID).catalog_properties()
 
 
-def load_catalog(cfg: JobConfig, name: str) -> Catalog:
-    """The pyiceberg catalog ``name`` of the job (cached per process by its properties).
-
-    :param cfg: the job config.
-    :param name: a catalog name of ``catalogs:``.
-    :raises KappaConfigError: an unknown catalog, or a misconfigured one (permanent).
-    :raises KappaCatalogUnavailableError: a catalog that cannot be reached for now (transient:
-        connection refused, a timeout, a 5xx answer, a locked sqlite file).
-    """
-    from airflow_provider_kappa.spark.catalog import load_catalog as _load
-
-    return _load(name, catalog_properties(cfg, name))
-
-
 def job_catalogs(cfg: JobConfig) -> CatalogFor:
     """A loader of the job's catalogs by name (``Backfill.catalog_for``): inline properties, or
-    an Airflow connection (``conn_id``) through IcebergHook. Catalogs are cached per process.
+    an Airflow connection (``conn_id``) through IcebergHook, opened by
+    :func:`~airflow_provider_kappa.spark.catalog.load_catalog` (cached per process).
+
+    The loader raises :class:`KappaConfigError` for an unknown catalog or a misconfigured one
+    (permanent), :class:`KappaCatalogUnavailableError` for one that cannot be reached for now
+    (transient: connection refused, a timeout, a 5xx answer, a locked sqlite file).
 
     :param cfg: the job config.
     """
 
     def catalog_for(name: str) -> Catalog:
-        return load_catalog(cfg, name)
+        return load_catalog(name, job_catalog_properties(cfg, name))
 
     return catalog_for

@@ -1,13 +1,22 @@
-"""pyiceberg catalogs inside Spark (driver and executors): built from plain properties."""
+"""pyiceberg catalogs inside Spark (driver and executors): built from plain properties.
+
+The one loader of a pyiceberg catalog from its name and properties (:func:`load_catalog`, cached
+per process; the launcher's side, :mod:`airflow_provider_kappa.job.catalogs`, uses it too) and the
+one merge of a ``kappa_iceberg`` reader's or writer's options into catalog properties
+(:func:`catalog_properties`).
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from airflow_provider_kappa.exceptions import KappaCatalogUnavailableError, KappaConfigError, KappaSourceError
 from airflow_provider_kappa.faults import transient_cause
+from airflow_provider_kappa.spark.settings import read_catalogs_file
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -21,16 +30,26 @@ def catalog_from_options(options: Mapping[str, str]) -> Catalog:
     return load_catalog(options["catalog"], catalog_properties(options))
 
 
-def catalog_properties(options: Mapping[str, str]) -> dict[str, str]:
-    """Merged catalog properties named by a reader's/writer's options (file wins)."""
-    import json
+def catalog_properties(
+    options: Mapping[str, str], catalog: str | None = None, inline: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Properties of a catalog, as a reader's/writer's options locate it, the catalogs file's entry
+    winning over inline properties.
 
-    from airflow_provider_kappa.spark.settings import read_catalogs_file
-
-    name = options.get("catalog")
+    :param options: the reader's/writer's options: ``catalog`` (its own catalog's name),
+        ``catalog_properties`` (that catalog's inline properties, JSON) and ``catalogs_file`` (path).
+    :param catalog: the catalog wanted (default: the options' own); another one (an aligned
+        table's) takes its inline properties from ``inline``, not from the options.
+    :param inline: the inline properties of that other catalog (an ``align_with`` entry's).
+    :raises KappaConfigError: no catalog is named.
+    """
+    own = options.get("catalog")
+    name = catalog or own
     if not name:
         raise KappaConfigError("kappa_iceberg: option 'catalog' is required (the catalog name)")
-    props = dict(json.loads(options.get("catalog_properties") or "{}"))
+    if name == own:
+        inline = json.loads(options.get("catalog_properties") or "{}")
+    props = dict(inline or {})
     if options.get("catalogs_file"):
         props.update(read_catalogs_file(options["catalogs_file"]).get(name, {}))
     return props
@@ -85,8 +104,6 @@ def redact(text: str, properties: Mapping[str, str]) -> str:
     :param text: an error message that may quote catalog properties.
     :param properties: the catalog's properties.
     """
-    from urllib.parse import unquote, urlsplit
-
     secrets = set()
     for key, value in properties.items():
         if not value:

@@ -114,7 +114,6 @@ class RunSettings:
     sinks: Mapping[str, SinkSettings]
     read_start: datetime | None = None
     read_end: datetime | None = None
-    max_misalignment_threshold: timedelta | None = None
     backfill_id: str | None = None
     catalogs_file: str | None = None
     epoch: str | None = None
@@ -169,87 +168,90 @@ def load_settings(conf: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> 
     trigger = get("trigger", AVAILABLE_NOW if mode == BACKFILL else PROCESSING_TIME)
     if trigger not in (AVAILABLE_NOW, PROCESSING_TIME):
         raise KappaConfigError(f"{PREFIX}trigger: {trigger!r}; allowed: ['availableNow', 'processingTime']")
-
-    catalogs: dict[str, dict[str, str]] = {}
-    for key, value in kv.items():
-        if key.startswith("catalog."):
-            _, cat, prop = key.split(".", 2)
-            catalogs.setdefault(cat, {})[prop] = value
-
-    def grouped(prefix: str) -> dict[str, dict[str, str]]:
-        out: dict[str, dict[str, str]] = {}
-        for key, value in kv.items():
-            if key.startswith(prefix):
-                name, _, rest = key[len(prefix) :].partition(".")
-                out.setdefault(name, {})[rest] = value
-        return out
-
-    sources: dict[str, IcebergSourceSettings | KafkaSourceSettings] = {}
-    for name, s in grouped("source.").items():
-        where = f"{PREFIX}source.{name}"
-        stype = s.get("type")
-        if stype == "iceberg":
-            sources[name] = IcebergSourceSettings.from_conf(name, entries)
-        elif stype == "kafka":
-            for req in ("topics", "bootstrap_servers"):
-                if not s.get(req):
-                    raise KappaConfigError(f"{where}.{req}: missing from the Spark conf")
-            sources[name] = KafkaSourceSettings(
-                name=name,
-                candidate=s.get("candidate", name),
-                topics=s["topics"],
-                bootstrap_servers=s["bootstrap_servers"],
-                schema=s.get("schema"),
-                ingestion_column=s.get("ingestion_column"),
-                starting_offsets=s.get("starting_offsets", "latest"),
-                options={k[len("option.") :]: v for k, v in s.items() if k.startswith("option.")},
-            )
-        else:
-            raise KappaConfigError(f"{where}.type: {stype!r}; allowed: ['iceberg', 'kafka']")
-
-    sinks: dict[str, SinkSettings] = {}
-    for name, s in grouped("sink.").items():
-        where = f"{PREFIX}sink.{name}"
-        for req in ("catalog", "table", "time_column"):
-            if not s.get(req):
-                raise KappaConfigError(f"{where}.{req}: missing from the Spark conf")
-        sinks[name] = SinkSettings(
-            name=name,
-            catalog=s["catalog"],
-            table=s["table"],
-            time_column=s["time_column"],
-            write_table=s.get("write_table", s["table"]),
-            owns_start=parse_timestamp(s["owns.start"], f"{where}.owns.start") if "owns.start" in s else None,
-            owns_end=parse_timestamp(s["owns.end"], f"{where}.owns.end") if "owns.end" in s else None,
-            slice_id=s.get("slice"),
-        )
-
-    read_start = parse_timestamp(kv["read.start"], f"{PREFIX}read.start") if "read.start" in kv else None
-    read_end = parse_timestamp(kv["read.end"], f"{PREFIX}read.end") if "read.end" in kv else None
-    if mode == BACKFILL and (read_start is None or read_end is None):
-        raise KappaConfigError(f"{PREFIX}read.start and {PREFIX}read.end are required when mode is 'backfill'")
-    if read_start is not None and read_end is not None and read_end <= read_start:
-        raise KappaConfigError(f"{PREFIX}read.end: {kv['read.end']!r} must be after read.start {kv['read.start']!r}")
-    threshold = kv.get("max_misalignment_threshold")
+    sources = {name: _source(name, keys, entries) for name, keys in _grouped(kv, "source.").items()}
+    sinks = {name: _sink(name, keys) for name, keys in _grouped(kv, "sink.").items()}
+    read_start, read_end = _read_range(kv, mode)
     return RunSettings(
         mode=mode,
         job=get("job"),
         checkpoint=get("checkpoint"),
         trigger=trigger,
         trigger_interval=parse_duration(kv.get("trigger.interval", "10s"), f"{PREFIX}trigger.interval"),
-        catalogs=catalogs,
+        catalogs=_grouped(kv, "catalog."),
         sources=sources,
         sinks=sinks,
         read_start=read_start,
         read_end=read_end,
-        max_misalignment_threshold=None
-        if threshold is None
-        else parse_duration(threshold, f"{PREFIX}max_misalignment_threshold"),
         backfill_id=kv.get("backfill.id"),
         catalogs_file=kv.get("catalogs.file"),
         epoch=kv.get("epoch") or None,
         ledger=kv.get("ledger") or None,
     )
+
+
+def _grouped(kv: Mapping[str, str], prefix: str) -> dict[str, dict[str, str]]:
+    """The keys under ``prefix`` by the name after it: ``{name: {rest of the key: value}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for key, value in kv.items():
+        if key.startswith(prefix):
+            name, _, rest = key[len(prefix) :].partition(".")
+            out.setdefault(name, {})[rest] = value
+    return out
+
+
+def _source(
+    name: str, keys: Mapping[str, str], entries: Mapping[str, str]
+) -> IcebergSourceSettings | KafkaSourceSettings:
+    """Source ``name`` from its keys (``spark.kappa.source.<name>.`` removed); an iceberg source
+    reads the whole conf (:meth:`IcebergReadSpec.from_conf`: the run's range and its aligned sources)."""
+    where = f"{PREFIX}source.{name}"
+    stype = keys.get("type")
+    if stype == "iceberg":
+        return IcebergSourceSettings.from_conf(name, entries)
+    if stype != "kafka":
+        raise KappaConfigError(f"{where}.type: {stype!r}; allowed: ['iceberg', 'kafka']")
+    for req in ("topics", "bootstrap_servers"):
+        if not keys.get(req):
+            raise KappaConfigError(f"{where}.{req}: missing from the Spark conf")
+    return KafkaSourceSettings(
+        name=name,
+        candidate=keys.get("candidate", name),
+        topics=keys["topics"],
+        bootstrap_servers=keys["bootstrap_servers"],
+        schema=keys.get("schema"),
+        ingestion_column=keys.get("ingestion_column"),
+        starting_offsets=keys.get("starting_offsets", "latest"),
+        options={k[len("option.") :]: v for k, v in keys.items() if k.startswith("option.")},
+    )
+
+
+def _sink(name: str, keys: Mapping[str, str]) -> SinkSettings:
+    """Sink ``name`` from its keys (``spark.kappa.sink.<name>.`` removed)."""
+    where = f"{PREFIX}sink.{name}"
+    for req in ("catalog", "table", "time_column"):
+        if not keys.get(req):
+            raise KappaConfigError(f"{where}.{req}: missing from the Spark conf")
+    return SinkSettings(
+        name=name,
+        catalog=keys["catalog"],
+        table=keys["table"],
+        time_column=keys["time_column"],
+        write_table=keys.get("write_table", keys["table"]),
+        owns_start=parse_timestamp(keys["owns.start"], f"{where}.owns.start") if "owns.start" in keys else None,
+        owns_end=parse_timestamp(keys["owns.end"], f"{where}.owns.end") if "owns.end" in keys else None,
+        slice_id=keys.get("slice"),
+    )
+
+
+def _read_range(kv: Mapping[str, str], mode: str) -> tuple[datetime | None, datetime | None]:
+    """``read.start`` and ``read.end`` (both required in a backfill, the end after the start)."""
+    read_start = parse_timestamp(kv["read.start"], f"{PREFIX}read.start") if "read.start" in kv else None
+    read_end = parse_timestamp(kv["read.end"], f"{PREFIX}read.end") if "read.end" in kv else None
+    if mode == BACKFILL and (read_start is None or read_end is None):
+        raise KappaConfigError(f"{PREFIX}read.start and {PREFIX}read.end are required when mode is 'backfill'")
+    if read_start is not None and read_end is not None and read_end <= read_start:
+        raise KappaConfigError(f"{PREFIX}read.end: {kv['read.end']!r} must be after read.start {kv['read.start']!r}")
+    return read_start, read_end
 
 
 def _local_or_shipped(path: str) -> Path:

@@ -35,7 +35,7 @@ def test_a_backfill_through_a_rest_catalog_from_an_airflow_connection_is_exact(
     from pyiceberg.catalog import load_catalog
 
     from airflow_provider_kappa.cli import main
-    from airflow_provider_kappa.job.catalogs import catalog_properties
+    from airflow_provider_kappa.job.catalogs import job_catalog_properties
     from airflow_provider_kappa.job.config import load_config
 
     connection = {
@@ -51,7 +51,7 @@ def test_a_backfill_through_a_rest_catalog_from_an_airflow_connection_is_exact(
     assert sorted_rows(before) != expected  # the incident: the window is wrong
     config = write_job_config(tmp_path, {"conn_id": CONN_ID})
     # the catalog kappa resolves is the connection's REST catalog (IcebergHook), not a file of its own
-    props = catalog_properties(load_config(config), "lake")
+    props = job_catalog_properties(load_config(config), "lake")
     assert (props["type"], props["uri"]) == ("rest", rest_catalog.uri)
 
     # one slice (one spark-submit): 195min is the one grid (multiples of the slice since the epoch)

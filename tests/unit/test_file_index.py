@@ -119,17 +119,31 @@ def test_snapshots_after_and_added_files_follow_commits(catalog: Any) -> None:
 
 
 def test_grid_batch_end_skips_empty_stretches_and_stays_on_the_grid() -> None:
-    step = 15 * MIN
+    max_misalignment_threshold_micros = 15 * MIN
     presence = Presence(
         [_span(T0_US + 1 * MIN, T0_US + 20 * MIN), _span(T0_US + 5 * HOUR, T0_US + 5 * HOUR)], T0_US, T0_US + 6 * HOUR
     )
-    assert grid_batch_end(T0_US, presence, step, T0_US + 6 * HOUR) == T0_US + 15 * MIN
-    assert grid_batch_end(T0_US + 15 * MIN, presence, step, T0_US + 6 * HOUR) == T0_US + 30 * MIN
+    assert grid_batch_end(T0_US, presence, max_misalignment_threshold_micros, T0_US + 6 * HOUR) == T0_US + 15 * MIN
+    assert (
+        grid_batch_end(T0_US + 15 * MIN, presence, max_misalignment_threshold_micros, T0_US + 6 * HOUR)
+        == T0_US + 30 * MIN
+    )
     # from 30min the next data is at 5h: one batch [30min, 5h15min)
-    assert grid_batch_end(T0_US + 30 * MIN, presence, step, T0_US + 6 * HOUR) == T0_US + 5 * HOUR + step
-    assert grid_batch_end(T0_US + 5 * HOUR + step, presence, step, T0_US + 6 * HOUR) is None
+    assert (
+        grid_batch_end(T0_US + 30 * MIN, presence, max_misalignment_threshold_micros, T0_US + 6 * HOUR)
+        == T0_US + 5 * HOUR + max_misalignment_threshold_micros
+    )
+    assert (
+        grid_batch_end(
+            T0_US + 5 * HOUR + max_misalignment_threshold_micros,
+            presence,
+            max_misalignment_threshold_micros,
+            T0_US + 6 * HOUR,
+        )
+        is None
+    )
     # the read end caps the last batch
-    assert grid_batch_end(T0_US, presence, step, T0_US + 10 * MIN) == T0_US + 10 * MIN
+    assert grid_batch_end(T0_US, presence, max_misalignment_threshold_micros, T0_US + 10 * MIN) == T0_US + 10 * MIN
 
 
 def test_presence_is_the_clipped_union_of_spans() -> None:

@@ -64,14 +64,11 @@ def test_slice_round_trip(tmp_path: Path) -> None:
     )
     s = load_settings(slice_conf(cfg, run, tmp_path / "c.json"))
     assert s.mode == "backfill" and s.trigger == AVAILABLE_NOW and s.backfill_id == "b1"
-    assert (s.read_start, s.read_end, s.max_misalignment_threshold) == (
-        t0,
-        t0 + timedelta(hours=1),
-        timedelta(minutes=15),
-    )
+    assert (s.read_start, s.read_end) == (t0, t0 + timedelta(hours=1))
     assert list(s.sources) == ["playbacks"]
     pb = s.source("playbacks")
     assert isinstance(pb, IcebergSourceSettings) and pb.snapshot_id == 22 and pb.plan_file is None
+    assert pb.max_misalignment_threshold_micros == 15 * 60 * 1_000_000
     planned = load_settings(
         slice_conf(cfg, replace(run, file_lists={"backfill-playbacks": "/ck/plans/s003/p.json"}), tmp_path / "c.json")
     )
@@ -164,7 +161,7 @@ def test_an_iceberg_read_is_written_and_read_back_the_same_through_conf_and_opti
         snapshot_id=5,
         read_start_micros=start,
         read_end_micros=end,
-        threshold_micros=900_000_000,
+        max_misalignment_threshold_micros=900_000_000,
         plan_file="/ck/plans/s0/e.json",
         max_files_per_batch=3,
         options={"x": "y"},

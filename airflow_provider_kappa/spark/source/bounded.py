@@ -19,6 +19,7 @@ from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.spark.catalog import catalog_properties
 from airflow_provider_kappa.spark.source import file_list
 from airflow_provider_kappa.spark.source.file_index import FileSpan, SpanIndex, spans_between, spans_range
 from airflow_provider_kappa.spark.source.grid import Presence, capped_batch_end, grid_batch_end
@@ -34,7 +35,7 @@ from airflow_provider_kappa.spark.source.partitions import (
 )
 from airflow_provider_kappa.spark.source.schema import check_job_schema, schema_to_spark
 from airflow_provider_kappa.spark.source.snapshots import ingestion_field, resolve_snapshot, snapshot_schema
-from airflow_provider_kappa.spark.source.tables import catalog_props, load_source_table
+from airflow_provider_kappa.spark.source.tables import load_source_table
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class BoundedState:
         files.check(opts.table, opts.snapshot_id, opts.ingestion_column, opts.read_start_micros, opts.read_end_micros)
         check_job_schema(schema, StructType.fromJson(json.loads(files.spark_schema_json)), opts.table)
         self.snapshot_id = files.snapshot_id
-        self.context = file_list_read_context(files, catalog_props(opts.catalog, options), schema.fieldNames())
+        self.context = file_list_read_context(files, catalog_properties(options, opts.catalog), schema.fieldNames())
         return spans_between(files.spans, opts.read_start_micros, opts.read_end_micros)
 
     def initial_offset(self) -> dict[str, Any]:
@@ -127,7 +128,7 @@ class BoundedState:
 
     def latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         pos = max(offset_field(start, "pos", BOUNDED), self.start)
-        grid_end = grid_batch_end(pos, self.presence, self.opts.grid_step_micros, self.end)
+        grid_end = grid_batch_end(pos, self.presence, self.opts.max_misalignment_threshold_micros_or_default, self.end)
         if grid_end is None:
             return start
         limits = caps(limit)

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_kappa.exceptions import KappaSourceError
+from airflow_provider_kappa.spark.source import manifests
 from airflow_provider_kappa.spark.source.file_index import FileSpan, span_from_list, span_to_list
+from airflow_provider_kappa.spark.source.snapshots import ingestion_field, resolve_snapshot, snapshot_schema
 from airflow_provider_kappa.spark.storage import filesystem, read_text, write_text
 
 if TYPE_CHECKING:
@@ -198,15 +200,13 @@ def build(
     :param end_micros: exclusive end (``None``: open).
     :raises KappaSourceError: unknown snapshot, bad ingestion column, unmappable types.
     """
-    from airflow_provider_kappa.spark.source.manifests import file_spans
     from airflow_provider_kappa.spark.source.schema import schema_to_spark, trimmed_metadata_json
-    from airflow_provider_kappa.spark.source.snapshots import ingestion_field, resolve_snapshot, snapshot_schema
 
     snapshot = resolve_snapshot(table, snapshot_id)
     schema = snapshot_schema(table, snapshot)
     name = ".".join(table.name())
     ingestion_field(schema, ingestion_column, name)
-    spans = file_spans(table, snapshot_id, ingestion_column, start_micros, end_micros)
+    spans = manifests.file_spans(table, snapshot_id, ingestion_column, start_micros, end_micros)
     return FileList(
         table=name,
         snapshot_id=snapshot_id,

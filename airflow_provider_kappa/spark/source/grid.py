@@ -46,14 +46,14 @@ class Presence:
         return len(self.lowers)
 
 
-def grid_batch_end(pos: int, presence: Presence, threshold_micros: int, end_micros: int) -> int | None:
+def grid_batch_end(pos: int, presence: Presence, max_misalignment_threshold_micros: int, end_micros: int) -> int | None:
     """The end of the next micro-batch starting at ``pos``: the grid line (a multiple of the
     threshold from the epoch) after the first instant ``>= pos`` holding data, capped at
     ``end_micros``. Empty stretches are skipped in the same batch. ``None`` when no data is left.
 
     :param pos: where the batch starts (the previous batch's end).
     :param presence: where data may be (the union over every aligned table).
-    :param threshold_micros: the grid step (``max_misalignment_threshold``).
+    :param max_misalignment_threshold_micros: the grid step.
     :param end_micros: the exclusive end of the read range.
     """
     if pos >= end_micros:
@@ -61,7 +61,7 @@ def grid_batch_end(pos: int, presence: Presence, threshold_micros: int, end_micr
     first = presence.first_at_or_after(pos)
     if first is None or first >= end_micros:
         return None
-    return min((first // threshold_micros + 1) * threshold_micros, end_micros)
+    return min((first // max_misalignment_threshold_micros + 1) * max_misalignment_threshold_micros, end_micros)
 
 
 def capped_batch_end(

@@ -9,7 +9,7 @@ parses and validates them (:meth:`IcebergReadSpec.from_options`). Field, conf ke
     snapshot_id, plan_file             source.<src>.<same>              <same> (bounded)
     mode                               mode (live -> tail, backfill -> bounded)   mode
     read_start_micros, read_end_micros read.start, read.end (ISO-8601)  <same> (bounded)
-    threshold_micros                   max_misalignment_threshold       max_misalignment_threshold (bounded)
+    max_misalignment_threshold_micros  max_misalignment_threshold       max_misalignment_threshold (bounded)
     ledger                             ledger (+ the run's one sink)     ledger (bounded: replay live's batches)
     align_with                         every iceberg source of the run  align_with (JSON list, bounded)
     max_files_per_batch ... tail_non_append, options
@@ -34,8 +34,9 @@ from airflow_provider_kappa.timeparse import format_duration, parse_duration, pa
 
 BOUNDED = "bounded"
 TAIL = "tail"
-DEFAULT_THRESHOLD = "15min"
-DEFAULT_THRESHOLD_MICROS = 15 * 60 * 1_000_000
+#: The one default of ``max_misalignment_threshold``: the backfill parameter's (the Params form,
+#: ``kappa backfill``) when no source configures one, and a bounded read's without the option.
+DEFAULT_MAX_MISALIGNMENT_THRESHOLD = timedelta(minutes=15)
 DEFAULT_MIN_PARTITIONS = 2
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 #: option names of :class:`IcebergReadSpec` fields: extra options (``option.<k>``) never override them
@@ -94,7 +95,8 @@ class IcebergReadSpec:
     :param snapshot_id: bounded: the pinned snapshot (``None``: current at query start).
     :param read_start_micros: bounded: inclusive start of the ingestion range.
     :param read_end_micros: bounded: exclusive end of it.
-    :param threshold_micros: bounded: ingestion time one micro-batch may advance (``None``: 15 min).
+    :param max_misalignment_threshold_micros: bounded: ingestion time one micro-batch may advance, the
+        admission grid's step (``None``: :data:`DEFAULT_MAX_MISALIGNMENT_THRESHOLD`).
     :param align_with: bounded: every iceberg source of the query (itself included).
     :param plan_file: bounded: the launcher's file list of the table (:mod:`.file_list`).
     :param ledger: bounded: the live ledger (:mod:`airflow_provider_kappa.spark.ledger`) whose
@@ -109,7 +111,7 @@ class IcebergReadSpec:
     snapshot_id: int | None = None
     read_start_micros: int | None = None
     read_end_micros: int | None = None
-    threshold_micros: int | None = None
+    max_misalignment_threshold_micros: int | None = None
     align_with: tuple[AlignedTable, ...] = ()
     plan_file: str | None = None
     ledger: str | None = None
@@ -123,9 +125,11 @@ class IcebergReadSpec:
     options: Mapping[str, str] = field(default_factory=dict)
 
     @property
-    def grid_step_micros(self) -> int:
-        """The admission grid's step: the threshold, 15 min when none was given."""
-        return DEFAULT_THRESHOLD_MICROS if self.threshold_micros is None else self.threshold_micros
+    def max_misalignment_threshold_micros_or_default(self) -> int:
+        """The admission grid's step: :attr:`max_misalignment_threshold_micros`, else the default."""
+        if self.max_misalignment_threshold_micros is None:
+            return duration_micros(DEFAULT_MAX_MISALIGNMENT_THRESHOLD)
+        return self.max_misalignment_threshold_micros
 
     def aligned(self) -> AlignedTable:
         """This read as an ``align_with`` entry."""
@@ -154,8 +158,9 @@ class IcebergReadSpec:
             out["read_start_micros"] = str(self.read_start_micros)
         if self.read_end_micros is not None:
             out["read_end_micros"] = str(self.read_end_micros)
-        if self.threshold_micros is not None:
-            out["max_misalignment_threshold"] = format_duration(timedelta(microseconds=self.threshold_micros))
+        if self.max_misalignment_threshold_micros is not None:
+            threshold = timedelta(microseconds=self.max_misalignment_threshold_micros)
+            out["max_misalignment_threshold"] = format_duration(threshold)
         if self.align_with:
             out["align_with"] = json.dumps([a.to_item() for a in self.align_with])
         if self.plan_file is not None:
@@ -172,11 +177,12 @@ class IcebergReadSpec:
         """
         opts = {str(k): str(v) for k, v in options.items()}
         mode = _choice(opts, "mode", (BOUNDED, TAIL), BOUNDED)
-        threshold = opts.get("max_misalignment_threshold", "").strip()
-        threshold_micros = None
-        if threshold:
-            step = parse_duration(threshold, "kappa_iceberg option max_misalignment_threshold")
-            threshold_micros = round(step.total_seconds() * 1_000_000)
+        max_misalignment_threshold = opts.get("max_misalignment_threshold", "").strip()
+        max_misalignment_threshold_micros = None
+        if max_misalignment_threshold:
+            max_misalignment_threshold_micros = duration_micros(
+                parse_duration(max_misalignment_threshold, "kappa_iceberg option max_misalignment_threshold")
+            )
         start = _integer(opts, "read_start_micros")
         end = _integer(opts, "read_end_micros")
         if start is not None and end is not None and end <= start:
@@ -204,7 +210,7 @@ class IcebergReadSpec:
             snapshot_id=_integer(opts, "snapshot_id"),
             read_start_micros=start,
             read_end_micros=end,
-            threshold_micros=threshold_micros,
+            max_misalignment_threshold_micros=max_misalignment_threshold_micros,
             align_with=_parse_align_with(opts.get("align_with", "")),
             plan_file=plan_file,
             ledger=ledger,
@@ -271,10 +277,11 @@ class IcebergReadSpec:
             for key, opt in (("read.start", "read_start_micros"), ("read.end", "read_end_micros")):
                 if conf.get(PREFIX + key):
                     options[opt] = str(to_micros(parse_timestamp(conf[PREFIX + key], PREFIX + key)))
-            threshold = conf.get(PREFIX + "max_misalignment_threshold")
-            if threshold:
-                step = parse_duration(threshold, PREFIX + "max_misalignment_threshold")
-                options["max_misalignment_threshold"] = format_duration(step)
+            max_misalignment_threshold = conf.get(PREFIX + "max_misalignment_threshold")
+            if max_misalignment_threshold:
+                options["max_misalignment_threshold"] = format_duration(
+                    parse_duration(max_misalignment_threshold, PREFIX + "max_misalignment_threshold")
+                )
             ledger = conf.get(PREFIX + "ledger")
             if ledger:
                 options["ledger"] = ledger_folder(ledger, conf)
@@ -286,6 +293,11 @@ class IcebergReadSpec:
             ]
             options["align_with"] = json.dumps([a.to_item() for a in aligned])
         return IcebergReadSpec.from_options(options)
+
+
+def duration_micros(value: timedelta) -> int:
+    """``value`` in whole microseconds."""
+    return round(value.total_seconds() * 1_000_000)
 
 
 def ledger_folder(root: str, conf: Mapping[str, str]) -> str:

@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 from pyspark.sql.types import StructType
 
+from airflow_provider_kappa.spark.conf_keys import KAFKA_COLUMNS
 from airflow_provider_kappa.spark.source.file_index import FileSpan
 from airflow_provider_kappa.spark.source.manifests import range_filter
 from airflow_provider_kappa.spark.source.partitions import FilePartition, ReadContext
@@ -80,8 +82,6 @@ def kafka_filter(batch: pa.RecordBatch, ranges: tuple[tuple[str, int, int, int],
     """
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from airflow_provider_kappa.spark.conf_keys import KAFKA_COLUMNS
 
     topic_col, partition_col, offset_col = (batch.column(c) for c in KAFKA_COLUMNS)
     mask = pa.array([False] * batch.num_rows, type=pa.bool_())
@@ -180,8 +180,6 @@ def _row_groups(pf: Any, column: str, start: int | None, end: int | None) -> tup
 
 def _local_path(path: str) -> str | None:
     """The local file system path of ``path`` (a ``file:`` URI or a bare path), else ``None``."""
-    from urllib.parse import unquote, urlparse
-
     parsed = urlparse(path)
     if parsed.scheme == "file":
         return unquote(parsed.path)

@@ -1,5 +1,5 @@
-"""The tables a ``kappa_iceberg`` reader reads: catalog properties of the source or of an
-aligned table, loading a table, and the stream's schema (what ``DataSource.schema()`` returns).
+"""The tables a ``kappa_iceberg`` reader reads: loading the source's table or an aligned one,
+and the stream's schema (what ``DataSource.schema()`` returns).
 """
 
 from __future__ import annotations
@@ -40,27 +40,16 @@ def table_spark_schema(options: Mapping[str, str]) -> StructType:
     return schema_to_spark(schema)
 
 
-def catalog_props(catalog: str, options: Mapping[str, str], inline: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Properties of ``catalog``: the reader's own catalog from its options, another one (an
-    aligned table's) from the catalogs file and the entry's inline ``catalog_properties``."""
-    if catalog == options.get("catalog"):
-        return catalog_properties(options)
-    scoped = {
-        "catalog": catalog,
-        "catalog_properties": json.dumps(dict(inline or {})),
-        "catalogs_file": options.get("catalogs_file", ""),
-    }
-    return catalog_properties(scoped)
-
-
 def load_source_table(
     catalog: str, identifier: str, options: Mapping[str, str], inline: Mapping[str, str] | None = None
 ) -> Table:
-    """Load ``identifier`` from ``catalog`` (see :func:`catalog_props`).
+    """Load ``identifier`` from ``catalog``: the reader's own catalog, or another one (an aligned
+    table's, with the ``inline`` properties of its ``align_with`` entry); see
+    :func:`~airflow_provider_kappa.spark.catalog.catalog_properties`.
 
     :raises KappaConfigError: when no properties of the catalog are known.
     """
-    props = catalog_props(catalog, options, inline)
+    props = catalog_properties(options, catalog, inline)
     if not props:
         raise KappaConfigError(
             f"kappa_iceberg: no properties for catalog {catalog!r} (needed to read {identifier!r}): give them "
