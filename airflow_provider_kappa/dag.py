@@ -7,13 +7,25 @@ no Spark, no pyspark/pyiceberg import. Everything else happens in the tasks.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import DAG, CronDataIntervalTimetable, DeltaDataIntervalTimetable, Param
 
 from airflow_provider_kappa.backfill.params import param_schemas, params_table
-from airflow_provider_kappa.job.config import CONNECT, load_config
-
-if TYPE_CHECKING:
-    from airflow.sdk import DAG
+from airflow_provider_kappa.job.config import CONNECT, JobConfig, load_config
+from airflow_provider_kappa.operators.cleanup import KappaCleanupOperator
+from airflow_provider_kappa.operators.connect_server import START, STOP, KappaConnectServerOperator
+from airflow_provider_kappa.operators.plan import (
+    PARALLEL_TASK,
+    SEQUENTIAL_TASK,
+    KappaModeBranchOperator,
+    KappaPlanOperator,
+)
+from airflow_provider_kappa.operators.publish import KappaPublishOperator, sink_assets
+from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator
+from airflow_provider_kappa.operators.snapshot import KappaSnapshotOperator
+from airflow_provider_kappa.operators.validate import KappaValidateOperator
 
 _DOC = """\
 ### Kappa backfill of job `{job}`
@@ -109,26 +121,29 @@ def kappa_backfill_dag(
     ``iceberg://<catalog>/<namespace>/<table>``): a DAG scheduled on one runs after each backfill
     that published it.
     """
-    from airflow.sdk import DAG, Param
-
-    from airflow_provider_kappa.operators.cleanup import KappaCleanupOperator
-    from airflow_provider_kappa.operators.connect_server import START, STOP, KappaConnectServerOperator
-    from airflow_provider_kappa.operators.plan import (
-        PARALLEL_TASK,
-        SEQUENTIAL_TASK,
-        KappaModeBranchOperator,
-        KappaPlanOperator,
-    )
-    from airflow_provider_kappa.operators.publish import KappaPublishOperator, sink_assets
-    from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator
-    from airflow_provider_kappa.operators.snapshot import KappaSnapshotOperator
-    from airflow_provider_kappa.operators.validate import KappaValidateOperator
-
     cfg = load_config(config_path)
-    path = str(cfg.path)
     schedule = data_interval_schedule(dag_kwargs.get("schedule"))
     dag_kwargs["schedule"] = schedule
     scheduled = schedule is not None
+    params = _params(cfg, scheduled=scheduled)
+    dag_id = dag_id or default_dag_id(cfg.job.name)
+    _set_dag_defaults(dag_kwargs, cfg, dag_id=dag_id, scheduled=scheduled)
+    with DAG(dag_id, params=params, **dag_kwargs) as dag:
+        _add_tasks(
+            cfg,
+            spark_conn_id=spark_conn_id,
+            max_parallel_slices=max_parallel_slices,
+            pool=pool,
+            slice_retries=slice_retries,
+            tag_retention=tag_retention,
+            step_retries=step_retries,
+        )
+    return dag
+
+
+def _params(cfg: JobConfig, *, scheduled: bool) -> dict[str, Param]:
+    """The DAG's Params, one per :func:`~airflow_provider_kappa.backfill.params.param_schemas` entry; in a
+    scheduled DAG ``start`` and ``end`` may be empty (the run's data interval)."""
     params = {}
     for name, schema in param_schemas(cfg).items():
         schema = dict(schema)
@@ -141,67 +156,92 @@ def kappa_backfill_dag(
             params[name] = Param(schema.pop("default"), description=description, **schema)
         else:
             params[name] = Param(description=description, **schema)
+    return params
+
+
+def _set_dag_defaults(dag_kwargs: dict[str, Any], cfg: JobConfig, *, dag_id: str, scheduled: bool) -> None:
+    """Fill in the ``DAG`` arguments the caller left out: no catchup, one run at a time, tags, doc and description."""
     dag_kwargs.setdefault("catchup", False)
     dag_kwargs.setdefault("max_active_runs", 1)
     dag_kwargs.setdefault("tags", ["kappa", "backfill", cfg.job.name])
-    dag_id = dag_id or default_dag_id(cfg.job.name)
     scheduled_doc = _SCHEDULED_DOC.format(dag_id=dag_id) if scheduled else ""
     dag_kwargs.setdefault(
-        "doc_md", _DOC.format(job=cfg.job.name, path=path, params=params_table(), scheduled=scheduled_doc)
+        "doc_md", _DOC.format(job=cfg.job.name, path=str(cfg.path), params=params_table(), scheduled=scheduled_doc)
     )
     dag_kwargs.setdefault("description", f"Kappa backfill of {cfg.job.name}: replace a window of its output")
+
+
+def _add_tasks(
+    cfg: JobConfig,
+    *,
+    spark_conn_id: str | None,
+    max_parallel_slices: int,
+    pool: str | None,
+    slice_retries: int,
+    tag_retention: str,
+    step_retries: int,
+) -> None:
+    """Add the backfill's tasks to the DAG being defined (see :func:`kappa_backfill_dag`)."""
+    path = str(cfg.path)
     retries = {"retries": step_retries}
-    with DAG(dag_id, params=params, **dag_kwargs) as dag:
-        snapshot = KappaSnapshotOperator(
-            task_id="snapshot", config_path=path, tag_retention=tag_retention, spark_conn_id=spark_conn_id, **retries
+    snapshot = KappaSnapshotOperator(
+        task_id="snapshot", config_path=path, tag_retention=tag_retention, spark_conn_id=spark_conn_id, **retries
+    )
+    plan = KappaPlanOperator(task_id="plan", config_path=path, snapshot=snapshot.output, **retries)
+    mode = KappaModeBranchOperator(task_id="mode", config_path=path)
+    slices = _slice_tasks(
+        plan, path=path, spark_conn_id=spark_conn_id, pool=pool, retries=slice_retries, max_parallel=max_parallel_slices
+    )
+    validate = KappaValidateOperator(
+        task_id="validate",
+        config_path=path,
+        plan=plan.output,
+        trigger_rule="none_failed_min_one_success",
+        **retries,
+    )
+    publish = KappaPublishOperator(
+        task_id="publish",
+        config_path=path,
+        plan=plan.output,
+        report=validate.output,
+        outlets=list(sink_assets(cfg).values()),
+        **retries,
+    )
+    cleanup = KappaCleanupOperator(
+        task_id="cleanup", config_path=path, trigger_rule="none_failed", retries=step_retries
+    )  # after a publish, or a dry run's skipped one: job.retention applied to the job's backfills
+    plan >> mode >> slices
+    slices >> validate >> publish >> cleanup
+    if cfg.job.engine == CONNECT and cfg.job.connect is None:
+        # single-machine deployment: the backfill owns a local Spark Connect server for its slices
+        start = KappaConnectServerOperator(task_id="connect_server_start", config_path=path, action=START, **retries)
+        stop = KappaConnectServerOperator(task_id="connect_server_stop", config_path=path, action=STOP).as_teardown(
+            setups=start
         )
-        plan = KappaPlanOperator(task_id="plan", config_path=path, snapshot=snapshot.output, **retries)
-        mode = KappaModeBranchOperator(task_id="mode", config_path=path)
-        slice_args: dict[str, Any] = {
-            "config_path": path,
-            "spark_conn_id": spark_conn_id,
-            "retries": slice_retries,
-            "map_index_template": "{{ kappa_slice }}",
-        }
-        if pool:
-            slice_args["pool"] = pool
-        sequential = KappaSliceRunOperator.partial(
-            task_id=SEQUENTIAL_TASK, max_active_tis_per_dagrun=1, **slice_args
-        ).expand(slice_plan=plan.output)
-        parallel = KappaSliceRunOperator.partial(
-            task_id=PARALLEL_TASK, max_active_tis_per_dagrun=max_parallel_slices, **slice_args
-        ).expand(slice_plan=plan.output)
-        validate = KappaValidateOperator(
-            task_id="validate",
-            config_path=path,
-            plan=plan.output,
-            trigger_rule="none_failed_min_one_success",
-            **retries,
-        )
-        publish = KappaPublishOperator(
-            task_id="publish",
-            config_path=path,
-            plan=plan.output,
-            report=validate.output,
-            outlets=list(sink_assets(cfg).values()),
-            **retries,
-        )
-        cleanup = KappaCleanupOperator(
-            task_id="cleanup", config_path=path, trigger_rule="none_failed", retries=step_retries
-        )  # after a publish, or a dry run's skipped one: job.retention applied to the job's backfills
-        plan >> mode >> [sequential, parallel]
-        [sequential, parallel] >> validate >> publish >> cleanup
-        if cfg.job.engine == CONNECT and cfg.job.connect is None:
-            # single-machine deployment: the backfill owns a local Spark Connect server for its slices
-            start = KappaConnectServerOperator(
-                task_id="connect_server_start", config_path=path, action=START, **retries
-            )
-            stop = KappaConnectServerOperator(task_id="connect_server_stop", config_path=path, action=STOP).as_teardown(
-                setups=start
-            )
-            plan >> start >> [sequential, parallel] >> stop
-            stop >> cleanup  # the server stopped first: a backfill whose server runs is not cleaned up
-    return dag
+        plan >> start >> slices >> stop
+        stop >> cleanup  # the server stopped first: a backfill whose server runs is not cleaned up
+
+
+def _slice_tasks(
+    plan: KappaPlanOperator, *, path: str, spark_conn_id: str | None, pool: str | None, retries: int, max_parallel: int
+) -> list[Any]:
+    """The two mapped slice tasks, one task instance per slice of the plan: ``slice_sequential`` (one at a
+    time, in order) and ``slice_parallel`` (``max_parallel`` at once); the ``mode`` branch runs one of them."""
+    slice_args: dict[str, Any] = {
+        "config_path": path,
+        "spark_conn_id": spark_conn_id,
+        "retries": retries,
+        "map_index_template": "{{ kappa_slice }}",
+    }
+    if pool:
+        slice_args["pool"] = pool
+    sequential = KappaSliceRunOperator.partial(
+        task_id=SEQUENTIAL_TASK, max_active_tis_per_dagrun=1, **slice_args
+    ).expand(slice_plan=plan.output)
+    parallel = KappaSliceRunOperator.partial(
+        task_id=PARALLEL_TASK, max_active_tis_per_dagrun=max_parallel, **slice_args
+    ).expand(slice_plan=plan.output)
+    return [sequential, parallel]
 
 
 def data_interval_schedule(schedule: Any) -> Any:
@@ -214,10 +254,6 @@ def data_interval_schedule(schedule: Any) -> Any:
 
     :param schedule: the ``schedule`` argument given to :func:`kappa_backfill_dag`.
     """
-    from datetime import timedelta
-
-    from airflow.sdk import CronDataIntervalTimetable, DeltaDataIntervalTimetable
-
     if isinstance(schedule, str) and schedule not in ("@once", "@continuous"):
         return CronDataIntervalTimetable(schedule, timezone="UTC")
     if isinstance(schedule, timedelta):

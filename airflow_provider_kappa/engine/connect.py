@@ -148,25 +148,9 @@ def run_application(
     """
     if not Path(application).is_file():
         raise KappaConfigError(f"job.application: {str(application)!r} does not exist")
-    session, server_only = split_conf(conf)
-    if server_only and not owned:
-        log.warning(
-            "%s: conf key(s) %s cannot be set per Spark Connect session; the server's own values apply",
-            name,
-            sorted(server_only),
-        )
-    conf_file = write_conf_file(session, work / "session-conf.json")
+    conf_file = _write_session_conf(conf, work, name, owned)
     progress_file = work / "progress.jsonl"
-    cmd = [
-        sys.executable,
-        "-m",
-        RUNNER_MODULE,
-        "--conf-file",
-        str(conf_file),
-        "--progress-file",
-        str(progress_file),
-        str(application),
-    ]
+    cmd = _runner_command(application, conf_file, progress_file)
     session_id = session_id or str(uuid.uuid4())
     env = {**os.environ, **spark_env(), "SPARK_REMOTE": with_session_id(url, session_id)}
     log.info("%s: Spark Connect session %s on %s: %s", name, session_id, redact_url(url), " ".join(cmd))
@@ -189,8 +173,46 @@ def run_application(
         except BaseException:
             stop()
             raise
-    code = proc.wait()
-    if gone is not None:
+    _check_run_ended(proc.wait(), gone is not None, tail, name=name, url=url, session_id=session_id)
+    return read_progress(progress_file)
+
+
+def _write_session_conf(conf: Mapping[str, str], work: Path, name: str, owned: bool) -> Path:
+    """Write the session keys of ``conf`` to the 0600 conf file in ``work``; the server's keys are left
+    out, and named in a warning unless the server is kappa's own (started with them)."""
+    session, server_only = split_conf(conf)
+    if server_only and not owned:
+        log.warning(
+            "%s: conf key(s) %s cannot be set per Spark Connect session; the server's own values apply",
+            name,
+            sorted(server_only),
+        )
+    return write_conf_file(session, work / "session-conf.json")
+
+
+def _runner_command(application: str | Path, conf_file: Path, progress_file: Path) -> list[str]:
+    """The command of the runner child (:mod:`airflow_provider_kappa.engine.connect_runner`)."""
+    return [
+        sys.executable,
+        "-m",
+        RUNNER_MODULE,
+        "--conf-file",
+        str(conf_file),
+        "--progress-file",
+        str(progress_file),
+        str(application),
+    ]
+
+
+def _check_run_ended(code: int, gone: bool, tail: deque[str], *, name: str, url: str, session_id: str) -> None:
+    """Raise unless the runner ended well; a runner killed by a signal has its session released from here.
+
+    :param code: the runner's exit code (negative: killed by that signal).
+    :param gone: the server went away during the run.
+    :param tail: the runner's last output lines.
+    :raises KappaEngineError: the server went away, the session failed or could not be released.
+    """
+    if gone:
         raise KappaEngineError(f"{name}: the Spark Connect server at {redact_url(url)} went away during the run")
     if code < 0:  # the runner was killed by a signal: its queries may still run inside the server
         try:
@@ -205,7 +227,6 @@ def run_application(
         raise KappaEngineError(
             f"{name}: the Spark Connect session on {redact_url(url)} failed (exit code {code}); last lines:\n{last}"
         )
-    return read_progress(progress_file)
 
 
 def _follow(

@@ -22,17 +22,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.engine.base import Engine, SliceRunRequest
+from airflow_provider_kappa.engine.class_data_sharing import ClassDataSharing
+from airflow_provider_kappa.engine.class_data_sharing import plan as plan_class_data_sharing
+from airflow_provider_kappa.engine.processes import RUNNING, child_options, stop_process_group
 from airflow_provider_kappa.engine.progress import PROGRESS_DIR, RUN_ID, collect_progress, event_log_conf, read_progress
 from airflow_provider_kappa.engine.submit_args import (
     DRIVER_PYTHON,
     PYTHON,
     SUBMIT_PREFIX,
+    SubmitArgs,
     check_kubernetes_provider,
     kubernetes_provider_missing,
     read_spark_defaults,
     spark_defaults_path,
     submit_args,
 )
+from airflow_provider_kappa.exceptions import KappaConfigError
 
 log = logging.getLogger(__name__)
 
@@ -98,32 +103,17 @@ def submit(
         class archive (:mod:`airflow_provider_kappa.engine.class_data_sharing`; ``job.class_data_sharing``).
     :param application_args: arguments of the application.
     """
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
     application, properties_file = Path(application).resolve(), Path(properties_file).resolve()
     if not application.is_file():
-        from airflow_provider_kappa.exceptions import KappaConfigError
-
         raise KappaConfigError(f"job.application: {str(application)!r} does not exist")
-    if conn_id is None:
-        check_kubernetes_provider(master or "local[*]", f"job.master {master!r}")
-        conn_id = LOCAL_CONN_ID
-        os.environ[f"AIRFLOW_CONN_{LOCAL_CONN_ID.upper()}"] = json.dumps(
-            {"conn_type": "spark", "host": master or "local[*]"}
-        )
-    # The job's deploy mode (job.deploy_mode) wins over the connection's deploy-mode extra.
-    try:
-        hook = SparkSubmitHook(
-            conn_id=conn_id,
-            name=name,
-            properties_file=str(properties_file),
-            deploy_mode=conf.get(SUBMIT_PREFIX + "deploy_mode"),
-            application_args=list(application_args) or None,
-        )
-    except NameError as e:  # the connection's master is Kubernetes: see submit_args.check_kubernetes_provider
-        if "kube_client" not in str(e):
-            raise
-        raise kubernetes_provider_missing(f"the master of Spark connection {conn_id!r}") from e
+    hook = _submit_hook(
+        conn_id,
+        master=master,
+        name=name,
+        properties_file=properties_file,
+        deploy_mode=conf.get(SUBMIT_PREFIX + "deploy_mode"),
+        application_args=application_args,
+    )
     connection = hook._connection  # the resolved connection: master and deploy mode (no public accessor)
     run_id = uuid.uuid4().hex
     args = submit_args(
@@ -134,6 +124,57 @@ def submit(
         defaults=read_spark_defaults(spark_defaults_path()),
         venv_bin=str(Path(sys.executable).parent),
     )
+    _log_submit(name, args)
+    sharing = None
+    if class_data_sharing:
+        sharing = plan_class_data_sharing(args.conf, driver_on_cluster=args.deploy_mode == "cluster")
+    write_properties_file(sharing.conf if sharing else args.conf, properties_file)
+    popen: dict[str, Any] = {"env": {**os.environ, **args.local_env}}
+    if args.driver_links:
+        popen["cwd"] = str(_driver_folder(properties_file, args.driver_links))
+    began = time.time()
+    _run_hook(hook, name, application, popen, sharing)
+    if args.user_event_log and args.event_log_dir and PROGRESS_DIR in conf:
+        _collect(args.event_log_dir, run_id, conf[PROGRESS_DIR], began)
+
+
+def _submit_hook(
+    conn_id: str | None,
+    *,
+    master: str | None,
+    name: str,
+    properties_file: Path,
+    deploy_mode: str | None,
+    application_args: Sequence[str],
+) -> Any:
+    """The ``SparkSubmitHook`` of one submit: through ``conn_id``, else an in-process connection whose host
+    is ``master``. The job's deploy mode (``job.deploy_mode``) wins over the connection's deploy-mode extra.
+
+    :raises KappaConfigError: a Kubernetes master without Airflow's Kubernetes provider.
+    """
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    if conn_id is None:
+        check_kubernetes_provider(master or "local[*]", f"job.master {master!r}")
+        conn_id = LOCAL_CONN_ID
+        os.environ[f"AIRFLOW_CONN_{LOCAL_CONN_ID.upper()}"] = json.dumps(
+            {"conn_type": "spark", "host": master or "local[*]"}
+        )
+    try:
+        return SparkSubmitHook(
+            conn_id=conn_id,
+            name=name,
+            properties_file=str(properties_file),
+            deploy_mode=deploy_mode,
+            application_args=list(application_args) or None,
+        )
+    except NameError as e:  # the connection's master is Kubernetes: see submit_args.check_kubernetes_provider
+        if "kube_client" not in str(e):
+            raise
+        raise kubernetes_provider_missing(f"the master of Spark connection {conn_id!r}") from e
+
+
+def _log_submit(name: str, args: SubmitArgs) -> None:
     log.info(
         "spark-submit %s: master %s, deploy mode %s, driver Python %s, executor Python %s, shipped %s, event log %s",
         name,
@@ -144,23 +185,23 @@ def submit(
         args.shipped or "nothing",
         args.event_log_dir or "off",
     )
-    sharing = None
-    if class_data_sharing:
-        from airflow_provider_kappa.engine.class_data_sharing import plan
 
-        sharing = plan(args.conf, driver_on_cluster=args.deploy_mode == "cluster")
-    write_properties_file(sharing.conf if sharing else args.conf, properties_file)
-    popen: dict[str, Any] = {"env": {**os.environ, **args.local_env}}
-    if args.driver_links:  # the driver's working directory: a private folder holding the links it needs
-        cwd = Path(properties_file).resolve().parent / "driver"
-        cwd.mkdir(mode=0o700, exist_ok=True)
-        for link, target in args.driver_links.items():
-            (cwd / link).unlink(missing_ok=True)
-            (cwd / link).symlink_to(target, target_is_directory=True)
-        popen["cwd"] = str(cwd)
-    from airflow_provider_kappa.engine.processes import RUNNING, child_options
 
-    began = time.time()
+def _driver_folder(properties_file: Path, links: Mapping[str, str]) -> Path:
+    """The driver's working directory: a private folder beside the properties file holding the links it needs."""
+    cwd = Path(properties_file).resolve().parent / "driver"
+    cwd.mkdir(mode=0o700, exist_ok=True)
+    for link, target in links.items():
+        (cwd / link).unlink(missing_ok=True)
+        (cwd / link).symlink_to(target, target_is_directory=True)
+    return cwd
+
+
+def _run_hook(
+    hook: Any, name: str, application: Path, popen: Mapping[str, Any], sharing: ClassDataSharing | None
+) -> None:
+    """Run the spark-submit and wait for it; whatever ends this early stops it (no orphan left) and
+    abandons the class-data-sharing archive being written, a success keeps it."""
     try:
         # own process group, SIGKILLed by the kernel if this process dies (engine/processes.py)
         with RUNNING.run(f"spark-submit {name}", lambda: stop_submit(hook)):
@@ -172,8 +213,6 @@ def submit(
         raise
     if sharing:
         sharing.keep()
-    if args.user_event_log and args.event_log_dir and PROGRESS_DIR in conf:
-        _collect(args.event_log_dir, run_id, conf[PROGRESS_DIR], began)
 
 
 def _collect(event_log_dir: str, run_id: str, into: str, began: float) -> None:
@@ -206,8 +245,6 @@ def stop_submit(hook: Any, timeout: float = 60.0) -> None:
 
     :param hook: the ``SparkSubmitHook`` whose process to stop.
     """
-    from airflow_provider_kappa.engine.processes import stop_process_group
-
     # SparkSubmitHook's public on_kill() SIGKILLs the spark-submit alone at once; a graceful stop of
     # the whole tree needs SIGTERM first and its process group after, so this reads the hook's
     # process handle (private, no public accessor).

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_provider_kappa.engine.class_data_sharing import spark_home
 from airflow_provider_kappa.engine.progress import PROGRESS_DIR
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.settings import PREFIX
@@ -194,13 +195,47 @@ def submit_args(
     """
     environ = os.environ if environ is None else environ
     defaults = dict(defaults or {})
-    deploy_mode = deploy_mode or conf.get(SUBMIT_PREFIX + "deploy_mode")
     python_archive = python_archive or conf.get(SUBMIT_PREFIX + "python_archive")
-    env = {
-        **{k[len(SUBMIT_PREFIX + "env.") :]: v for k, v in conf.items() if k.startswith(SUBMIT_PREFIX + "env.")},
-        **(env or {}),
-    }
-    mode = deploy_mode or conf.get("spark.submit.deployMode") or defaults.get("spark.submit.deployMode") or CLIENT
+    env = {**_job_env(conf), **(env or {})}
+    mode = _deploy_mode(conf, defaults, master, deploy_mode or conf.get(SUBMIT_PREFIX + "deploy_mode"))
+    kind = cluster_kind(master)
+    user = _user_conf(conf, defaults)
+    out = dict(user)
+    out["spark.submit.deployMode"] = mode
+    driver_here = mode == CLIENT
+    local_env: dict[str, str] = {}
+    if venv_bin:
+        local_env["PATH"] = venv_bin + os.pathsep + environ.get("PATH", "")
+    links = _set_python(out, local_env, kind=kind, driver_here=driver_here, python=python, archive=python_archive)
+    if kind == "local" and "SPARK_LOCAL_IP" not in environ:
+        local_env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    _set_env(out, local_env, env, kind=kind, driver_here=driver_here, master=master)
+    shipped = _ship_catalogs(out, conf, kind)
+    event_dir, user_log = _event_log(out, user, conf)
+    return SubmitArgs(
+        conf=out,
+        local_env=local_env,
+        deploy_mode=mode,
+        master=master,
+        event_log_dir=event_dir,
+        user_event_log=user_log and event_dir is not None,
+        shipped=shipped,
+        driver_links=links,
+    )
+
+
+def _job_env(conf: Mapping[str, str]) -> dict[str, str]:
+    """``job.env`` as carried in the run's conf (``spark.kappa.submit.env.<NAME>``)."""
+    prefix = SUBMIT_PREFIX + "env."
+    return {k[len(prefix) :]: v for k, v in conf.items() if k.startswith(prefix)}
+
+
+def _deploy_mode(conf: Mapping[str, str], defaults: Mapping[str, str], master: str, chosen: str | None) -> str:
+    """The deploy mode: ``chosen``, else the conf's or the defaults' ``spark.submit.deployMode``, else client.
+
+    :raises KappaConfigError: not a deploy mode, or one Spark refuses for ``master``.
+    """
+    mode = chosen or conf.get("spark.submit.deployMode") or defaults.get("spark.submit.deployMode") or CLIENT
     if mode not in DEPLOY_MODES:
         raise KappaConfigError(f"deploy mode: {mode!r} is not a deploy mode; allowed: {list(DEPLOY_MODES)}")
     kind = cluster_kind(master)
@@ -211,39 +246,55 @@ def submit_args(
             f"deploy mode 'cluster' with master {master!r}: Spark runs Python applications on a standalone "
             "cluster in client mode only; use deploy mode 'client' (the driver runs where kappa runs)"
         )
+    return mode
+
+
+def _user_conf(conf: Mapping[str, str], defaults: Mapping[str, str]) -> dict[str, str]:
+    """spark-defaults < the job's conf (kappa's internal keys left out), the list keys joined."""
     user = {**defaults, **{k: v for k, v in conf.items() if not _internal(k)}}
     for key in LIST_KEYS:
         joined = _join(defaults.get(key), conf.get(key))
         if joined:
             user[key] = joined
-    out = dict(user)
-    out["spark.submit.deployMode"] = mode
-    driver_here = mode == CLIENT
-    local_env: dict[str, str] = {}
-    links: dict[str, str] = {}
-    if venv_bin:
-        local_env["PATH"] = venv_bin + os.pathsep + environ.get("PATH", "")
+    return user
 
-    # Python: the user's choice wins; then the packed venv on a cluster; then this interpreter where it runs.
+
+def _set_python(
+    out: dict[str, str], local_env: dict[str, str], *, kind: str, driver_here: bool, python: str, archive: str | None
+) -> dict[str, str]:
+    """Set the driver's and executors' Python in ``out`` (and ``local_env``): the user's choice wins; then
+    the packed venv on a cluster; then this interpreter where it runs. Returns the driver's links."""
     if kind == "local":
         out.setdefault(PYTHON, python)
         out.setdefault(DRIVER_PYTHON, python)
         # also as the variables (what a local run always had): one machine, one answer
         local_env.update({"PYSPARK_PYTHON": out[PYTHON], "PYSPARK_DRIVER_PYTHON": out[DRIVER_PYTHON]})
-        if "SPARK_LOCAL_IP" not in environ:
-            local_env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    else:
-        if python_archive:
-            out["spark.archives"] = _join(out.get("spark.archives"), f"{python_archive}#{ENV_ALIAS}")
-            out.setdefault(PYTHON, f"./{ENV_ALIAS}/bin/python")
-        if driver_here:
-            out.setdefault(DRIVER_PYTHON, python)
-            if out.get(PYTHON, "").startswith(f"./{ENV_ALIAS}/"):
-                # One Python path serves executors and the driver's Python workers alike.
-                links = {ENV_ALIAS: str(Path(python).parent.parent)}
+        return {}
+    if archive:
+        out["spark.archives"] = _join(out.get("spark.archives"), f"{archive}#{ENV_ALIAS}")
+        out.setdefault(PYTHON, f"./{ENV_ALIAS}/bin/python")
+    if driver_here:
+        out.setdefault(DRIVER_PYTHON, python)
+        if out.get(PYTHON, "").startswith(f"./{ENV_ALIAS}/"):
+            # One Python path serves executors and the driver's Python workers alike.
+            return {ENV_ALIAS: str(Path(python).parent.parent)}
+    return {}
 
-    # Environment: executors, then the driver wherever it runs.
-    for key, value in (env or {}).items():
+
+def _set_env(
+    out: dict[str, str],
+    local_env: dict[str, str],
+    env: Mapping[str, str],
+    *,
+    kind: str,
+    driver_here: bool,
+    master: str,
+) -> None:
+    """Pass ``env`` to the executors, then to the driver wherever it runs.
+
+    :raises KappaConfigError: a cluster-mode driver on a master with no way to pass it.
+    """
+    for key, value in env.items():
         out.setdefault(f"spark.executorEnv.{key}", value)
         if driver_here:
             local_env[key] = value
@@ -257,38 +308,33 @@ def submit_args(
                 "allowed: a YARN or Kubernetes master, or client deploy mode"
             )
 
-    # The catalogs file goes with the application wherever the driver or executors are not this machine.
-    shipped: list[str] = []
+
+def _ship_catalogs(out: dict[str, str], conf: Mapping[str, str], kind: str) -> list[str]:
+    """Add the catalogs file to ``spark.files`` wherever the driver or executors are not this machine;
+    returns what was shipped."""
     catalogs = conf.get(CATALOGS_FILE)
     if catalogs and kind != "local" and conf.get(CATALOGS_SHIP, "true").lower() != "false":
         out["spark.files"] = _join(out.get("spark.files"), catalogs)
-        shipped.append(catalogs)
+        return [catalogs]
+    return []
 
-    # Event logs: the user's folder when set, else kappa's private one (plain JSON lines, one file).
-    event_dir: str | None = None
-    user_log = EVENT_LOG_DIR in user
-    if user_log:
+
+def _event_log(out: dict[str, str], user: Mapping[str, str], conf: Mapping[str, str]) -> tuple[str | None, bool]:
+    """Event logs: the user's folder when set, else kappa's private one (plain JSON lines, one file).
+    Returns the folder the run's event log goes to (if any) and whether it is the user's."""
+    if EVENT_LOG_DIR in user:
         if PROGRESS_DIR in conf:
             out[EVENT_LOG_ENABLED] = "true"  # the slice's progress is read from it
             out.setdefault(EVENT_LOG_COMPRESS, "false")  # Spark 4 compresses by default; readable without a codec
         if out.get(EVENT_LOG_ENABLED, "false").lower() == "true":
-            event_dir = user[EVENT_LOG_DIR]
-    elif PROGRESS_DIR in conf:
-        event_dir = conf[PROGRESS_DIR]
-        out.update(private_event_log(event_dir))
-    elif out.get(EVENT_LOG_ENABLED, "false").lower() == "true":
-        event_dir = "file:/tmp/spark-events"  # Spark's default folder
-        user_log = True
-    return SubmitArgs(
-        conf=out,
-        local_env=local_env,
-        deploy_mode=mode,
-        master=master,
-        event_log_dir=event_dir,
-        user_event_log=user_log and event_dir is not None,
-        shipped=shipped,
-        driver_links=links,
-    )
+            return user[EVENT_LOG_DIR], True
+        return None, True
+    if PROGRESS_DIR in conf:
+        out.update(private_event_log(conf[PROGRESS_DIR]))
+        return conf[PROGRESS_DIR], False
+    if out.get(EVENT_LOG_ENABLED, "false").lower() == "true":
+        return "file:/tmp/spark-events", True  # Spark's default folder
+    return None, False
 
 
 _SEPARATOR = re.compile(r"(?<!\\)[=:\s]")
@@ -337,8 +383,6 @@ def spark_defaults_path(environ: Mapping[str, str] | None = None, home: Path | N
     if environ.get("SPARK_CONF_DIR"):
         return Path(environ["SPARK_CONF_DIR"]) / "spark-defaults.conf"
     if home is None:
-        from airflow_provider_kappa.engine.class_data_sharing import spark_home
-
         home = spark_home()
     return home / "conf" / "spark-defaults.conf" if home else None
 

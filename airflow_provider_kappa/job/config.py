@@ -316,8 +316,28 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         if not top.data.get(required):
             raise KappaConfigError(f"{required}: missing or empty in {path}; it is required")
 
+    job = _job(top.data["job"], path)
+    catalogs = _catalogs(top.data["catalogs"])
+    sources = _sources(top.data["sources"])
+    sinks = _sinks(top.data["sinks"])
+    backfill = _backfill_defaults(top.data.get("backfill"))
+    cfg = JobConfig(
+        path=path,
+        job=job,
+        catalogs=catalogs,
+        sources=sources,
+        sinks=sinks,
+        backfill=backfill,
+        land=_land(top.data.get("land")),
+    )
+    _check_references(cfg)
+    return cfg
+
+
+def _job(body: object, path: Path) -> JobSection:
+    """The ``job:`` section; relative paths resolve against the folder of ``path`` (kappa.yaml)."""
     j = _Section(
-        top.data["job"],
+        body,
         "job",
         {
             "name",
@@ -344,7 +364,7 @@ def parse_config(raw: object, path: Path) -> JobConfig:
     checkpoint_root = j.text("checkpoint_root")
     if "://" not in checkpoint_root and not Path(checkpoint_root).is_absolute():
         checkpoint_root = str((path.parent / checkpoint_root).resolve())
-    job = JobSection(
+    return JobSection(
         name=_name(j.text("name"), "job.name"),
         application=application,
         checkpoint_root=checkpoint_root,
@@ -363,11 +383,13 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         ledger=_local_or_url(j.text("ledger", required=False), path) or ledger_folder(checkpoint_root, j.text("name")),
     )
 
+
+def _catalogs(raw: object) -> dict[str, CatalogConfig]:
+    """``catalogs:``: each one pyiceberg properties, or ``{conn_id: ...}``."""
     catalogs: dict[str, CatalogConfig] = {}
-    cats = top.data["catalogs"]
-    if not isinstance(cats, dict):
-        raise KappaConfigError(f"catalogs: expected a mapping of catalog names, got {cats!r}")
-    for cname, body in cats.items():
+    if not isinstance(raw, dict):
+        raise KappaConfigError(f"catalogs: expected a mapping of catalog names, got {raw!r}")
+    for cname, body in raw.items():
         where = f"catalogs.{cname}"
         _name(str(cname), where)
         if not isinstance(body, dict) or not body:
@@ -377,21 +399,27 @@ def parse_config(raw: object, path: Path) -> JobConfig:
             catalogs[str(cname)] = CatalogConfig(str(cname), conn_id=sec.text("conn_id"))
         else:
             catalogs[str(cname)] = CatalogConfig(str(cname), properties=_props(body, where))
+    return catalogs
 
+
+def _sources(raw: object) -> dict[str, SourceConfig]:
+    """``sources:``, each checked by :func:`_source` (references are checked once all are read)."""
     sources: dict[str, SourceConfig] = {}
-    srcs = top.data["sources"]
-    if not isinstance(srcs, dict):
-        raise KappaConfigError(f"sources: expected a mapping of source names, got {srcs!r}")
-    for sname, body in srcs.items():
+    if not isinstance(raw, dict):
+        raise KappaConfigError(f"sources: expected a mapping of source names, got {raw!r}")
+    for sname, body in raw.items():
         where = f"sources.{sname}"
         _name(str(sname), where)
         sources[str(sname)] = _source(str(sname), body, where)
+    return sources
 
+
+def _sinks(raw: object) -> dict[str, IcebergSinkConfig]:
+    """``sinks:``: Iceberg tables, each with the ``time_column`` that decides which rows a window owns."""
     sinks: dict[str, IcebergSinkConfig] = {}
-    snks = top.data["sinks"]
-    if not isinstance(snks, dict):
-        raise KappaConfigError(f"sinks: expected a mapping of sink names, got {snks!r}")
-    for kname, body in snks.items():
+    if not isinstance(raw, dict):
+        raise KappaConfigError(f"sinks: expected a mapping of sink names, got {raw!r}")
+    for kname, body in raw.items():
         where = f"sinks.{kname}"
         _name(str(kname), where)
         sec = _Section(body, where, {"type", "catalog", "table", "time_column"})
@@ -401,19 +429,7 @@ def parse_config(raw: object, path: Path) -> JobConfig:
         sinks[str(kname)] = IcebergSinkConfig(
             name=str(kname), catalog=sec.text("catalog"), table=_table(sec), time_column=sec.text("time_column")
         )
-
-    backfill = _backfill_defaults(top.data.get("backfill"))
-    cfg = JobConfig(
-        path=path,
-        job=job,
-        catalogs=catalogs,
-        sources=sources,
-        sinks=sinks,
-        backfill=backfill,
-        land=_land(top.data.get("land")),
-    )
-    _check_references(cfg)
-    return cfg
+    return sinks
 
 
 def _engine(j: _Section) -> str:
