@@ -158,7 +158,7 @@ def run_kappa(args: argparse.Namespace, mode: str, threshold: str) -> dict[str, 
     from airflow_provider_kappa.backfill import slices as slice_steps
     from airflow_provider_kappa.backfill import snapshot
     from airflow_provider_kappa.backfill import validate as validation
-    from airflow_provider_kappa.demo.story import PARALLEL_TAIL
+    from airflow_provider_kappa.demo.options import PARALLEL_TAIL
     from airflow_provider_kappa.engine import connect_server
     from airflow_provider_kappa.timeparse import format_duration
 

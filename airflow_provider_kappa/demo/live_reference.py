@@ -18,6 +18,7 @@ Nothing here imports pyspark; pyiceberg is imported inside functions.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -28,9 +29,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_provider_kappa.engine.jvm import kafka_connector_conf
 from airflow_provider_kappa.engine.launch import live_conf, source_conf, write_catalogs_file
 from airflow_provider_kappa.engine.submit import submit
 from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.job.catalogs import job_catalogs
 from airflow_provider_kappa.job.checkpoints import live_checkpoint
 from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig, KafkaSourceConfig, load_config
 from airflow_provider_kappa.spark.settings import AVAILABLE_NOW, PREFIX
@@ -126,7 +129,6 @@ def kafka_reference_conf(
     :param max_offsets: topic -> records per micro-batch at most.
     :raises KappaConfigError: a job source without a kafka candidate, or a topic without a limit.
     """
-    from airflow_provider_kappa.engine.jvm import kafka_connector_conf
 
     conf = live_conf(cfg, catalogs_file, checkpoint)
     conf[PREFIX + "trigger"] = AVAILABLE_NOW
@@ -218,7 +220,6 @@ def run_live_reference(
 
 
 def _catalog(cfg: JobConfig, name: str) -> Catalog:
-    from airflow_provider_kappa.job.catalogs import job_catalogs
 
     return job_catalogs(cfg)(name)
 
@@ -257,7 +258,6 @@ def last_watermark_ms(query_checkpoint: str | Path) -> int:
 
     :param query_checkpoint: the query's checkpoint folder (``<checkpoint>/<sink>``).
     """
-    import json
 
     files = _batch_files(Path(query_checkpoint) / "offsets")
     if not files:

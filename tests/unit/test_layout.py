@@ -173,7 +173,19 @@ def test_no_function_over_the_limit() -> None:
 #: Libraries a process may have to stay without (DAG parsing, the CLI's parser, Airflow workers, Spark's
 #: Python workers): an import of them, or of a module of the package that loads them when imported, may
 #: sit inside a function. Any other import goes at the top of its module.
-HEAVY = {"pyspark", "pyiceberg", "pyarrow", "numpy", "pandas", "airflow", "py4j", "kafka", "structlog", "fsspec", "openlineage"}
+HEAVY = {
+    "pyspark",
+    "pyiceberg",
+    "pyarrow",
+    "numpy",
+    "pandas",
+    "airflow",
+    "py4j",
+    "kafka",
+    "structlog",
+    "fsspec",
+    "openlineage",
+}
 
 
 def _module_level_imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
