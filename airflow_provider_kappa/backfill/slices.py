@@ -165,12 +165,17 @@ def _record(
     store.check_epoch(sp.slice_id, epoch)
     store.record_progress(sp.slice_id, progress)
     result = {"slice_id": sp.slice_id, **metrics.to_dict()}
+    _keep(sp, store, nxt, result, epoch)
+    log.info("slice %s done: %s", sp.slice_id, metrics.to_text())
+    return result
+
+
+def _keep(sp: SlicePlan, store: CheckpointStore, nxt: str | None, result: dict[str, Any], epoch: str) -> None:
+    """Record ``sp`` done with ``result``; sequential: keep its checkpoint as the next slice's start."""
     if sp.mode == SEQUENTIAL:
         store.finish_sequential(sp.slice_id, nxt, result, epoch)
     else:
         store.finish_parallel(sp.slice_id, result, epoch)
-    log.info("slice %s done: %s", sp.slice_id, metrics.to_text())
-    return result
 
 
 def slice_engine(
@@ -250,10 +255,7 @@ def _skip_slice(sp: SlicePlan, store: CheckpointStore, nxt: str | None, epoch: s
     """
     store.record_progress(sp.slice_id, [])
     result = {"slice_id": sp.slice_id, **SliceMetrics().to_dict(), "skipped": True}
-    if sp.mode == SEQUENTIAL:
-        store.finish_sequential(sp.slice_id, nxt, result, epoch)
-    else:
-        store.finish_parallel(sp.slice_id, result, epoch)
+    _keep(sp, store, nxt, result, epoch)
     log.info(
         "slice %s (%d/%d, %s): skipped, no source has data in its read range [%s, %s); recorded done with 0 rows",
         sp.slice_id,
