@@ -250,3 +250,15 @@ def test_imports_inside_functions_only_keep_heavy_libraries_out() -> None:
                 if light:
                     needless.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {light}")
     assert not needless, "imports inside a function that load no heavy library (move them up):\n" + "\n".join(needless)
+
+
+@pytest.mark.parametrize("verb", ["run", "land"])
+def test_the_live_verbs_never_reach_the_backfill(verb: str) -> None:
+    """``kappa run`` and ``kappa land`` need the job and the engines, never the backfill's room."""
+    seen, todo = set(), [f"{NAME}.cli.{verb}"]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(GRAPH[module])
+    assert not sorted(m for m in seen if room(m) in ("backfill", "report", "operators", "dag"))
