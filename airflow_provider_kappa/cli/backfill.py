@@ -39,6 +39,7 @@ from airflow_provider_kappa.backfill.slices import run_slice, slice_engine
 from airflow_provider_kappa.backfill.snapshot import snapshot
 from airflow_provider_kappa.backfill.summary import summary
 from airflow_provider_kappa.backfill.validate import check_gate, validate
+from airflow_provider_kappa.cli.output import new_console, print_table, say
 from airflow_provider_kappa.cli.plan import add_backfill_arguments, load_backfill, plan_table, print_header
 from airflow_provider_kappa.engine.base import Engine
 from airflow_provider_kappa.engine.connect import ConnectEngine
@@ -154,17 +155,18 @@ def start_engine(engine: Engine, stack: ExitStack, timeline: Timeline) -> Future
 def describe_engine(engine: Engine, console: Console) -> None:
     """Say where the slices run."""
     if not isinstance(engine, ConnectEngine):
-        console.print(f"  engine {engine.name}: one spark-submit per slice")
+        say(console, f"  engine {engine.name}: one spark-submit per slice")
         return
     server = engine.owned_server
     if server is not None:
         pid = server.state.pid if server.state else "?"
-        console.print(
+        say(
+            console,
             f"  engine connect: local Spark Connect server {server.url} (pid {pid}) started in "
-            f"{server.seconds:.1f}s, log {server.log_file}"
+            f"{server.seconds:.1f}s, log {server.log_file}",
         )
     elif (url := engine.server_url()) is not None:
-        console.print(f"  engine connect: Spark Connect server {redact_url(url)}")
+        say(console, f"  engine connect: Spark Connect server {redact_url(url)}")
 
 
 def run_slices(
@@ -174,14 +176,14 @@ def run_slices(
     store = bf.store()
     logs = store.log_folder(bf.id)
     results: list[dict[str, Any]] = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("slices", total=len(plan.slices))
         for sp in plan.slices:
             done = store.done(sp.slice_id) if args.resume else None
             if done is not None:
                 results.append(done)
-                progress.console.print(f"  {sp.slice_id} already done (--resume): rows read {done.get('rows_read')}")
+                say(progress.console, f"  {sp.slice_id} already done (--resume): rows read {done.get('rows_read')}")
                 progress.advance(task)
                 continue
             progress.update(task, description=f"slice {sp.slice_id} {sp.read_start:%H:%M}→{sp.read_end:%H:%M}")
@@ -190,12 +192,12 @@ def run_slices(
                 with slice_log(log_path):
                     result = run_slice(bf, sp, engine=engine)
             except Exception as e:  # a failed spark-submit (AirflowException), session (KappaEngineError) or I/O
-                progress.console.print(f"[red]slice {sp.slice_id} failed:[/] {type(e).__name__}: {e}")
-                progress.console.print(f"  Spark output: {log_path}")
-                progress.console.print("  rerun the same command (add --resume to skip completed slices)")
+                say(progress.console, (f"slice {sp.slice_id} failed:", "red"), f" {type(e).__name__}: {e}")
+                say(progress.console, f"  Spark output: {log_path}")
+                say(progress.console, "  rerun the same command (add --resume to skip completed slices)")
                 return None
             results.append(result)
-            progress.console.print(slice_line(sp.slice_id, result, log_path))
+            say(progress.console, slice_line(sp.slice_id, result, log_path))
             progress.advance(task)
     return results
 
@@ -212,15 +214,15 @@ def slice_line(slice_id: str, result: dict[str, Any], log_path: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run a whole backfill; see the module docstring for exit codes."""
-    console = Console()
+    console = new_console()
     logging.getLogger(_STEPS_LOGGER).setLevel(logging.WARNING)  # the terminal gets this command's own output
     timeline = Timeline()
     with timeline.step("load and check the config, the flags and the tables"):
         bf = load_backfill(args)
     if args.release_lock:
         released = release(bf)
-        console.print(
-            f"backfill {bf.id}: lock released on {released}" if released else f"backfill {bf.id}: held no lock"
+        say(
+            console, f"backfill {bf.id}: lock released on {released}" if released else f"backfill {bf.id}: held no lock"
         )
         return 0
     print_header(console, bf)
@@ -231,16 +233,16 @@ def run(args: argparse.Namespace) -> int:
         started = start_engine(engine, engine_stack, timeline)
         with timeline.step("snapshot"):
             snapshot_ids = snapshot(bf)
-        console.print(f"  pinned snapshots {snapshot_ids} (tag {bf.tag})")
+        say(console, f"  pinned snapshots {snapshot_ids} (tag {bf.tag})")
         with timeline.step("plan"):
             plan = plan_slices(bf, snapshot_ids)
-        console.print(plan_table(plan))
+        print_table(console, plan_table(plan))
         for w in plan.warnings:
-            console.print(f"[yellow]warning:[/] {w}")
+            say(console, ("warning:", "yellow"), f" {w}")
         try:
             started.result()
         except KappaEngineError as e:
-            console.print(f"[red]Spark Connect server not started:[/] {e}")
+            say(console, ("Spark Connect server not started:", "red"), f" {e}")
             return 1
         describe_engine(engine, console)
         with timeline.step("slices"):
@@ -253,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         code = finish(bf, plan, results, console, timeline)
         stopped.result()
     if args.timeline:
-        console.print(timeline.to_text())
+        say(console, timeline.to_text())
     return code
 
 
@@ -265,18 +267,18 @@ def finish(
         reports = validate(bf, plan)
         write_report(bf, plan, reports)  # before the gate: a refused backfill has its report too
     for report in reports.values():
-        console.print(report.to_text())
-    console.print(f"  report: {bf.store().report_file()}")
+        say(console, report.to_text())
+    say(console, f"  report: {bf.store().report_file()}")
     report_dicts = {name: r.to_dict() for name, r in reports.items()}
     try:
         check_gate(bf, reports)
     except KappaValidationError as e:
-        console.print(f"[red]not published:[/] {e}")
-        console.print(summary(bf, plan, results, report_dicts))
+        say(console, ("not published:", "red"), f" {e}")
+        say(console, summary(bf, plan, results, report_dicts))
         return 1
     published = None
     if bf.params.publishes:
         with timeline.step("publish"):
             published = {name: asdict(r) for name, r in publish(bf, plan).items()}
-    console.print(summary(bf, plan, results, report_dicts, published))
+    say(console, summary(bf, plan, results, report_dicts, published))
     return 0

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from airflow_provider_kappa.backfill.cleanup import age_text, cleanup
 from airflow_provider_kappa.backfill.params import human_duration
+from airflow_provider_kappa.cli.output import new_console, print_table, say
 from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.timeparse import parse_duration
 
@@ -43,20 +44,24 @@ def cleanup_table(decisions: list[CleanupDecision], *, dry_run: bool) -> Table:
 
     removed = sum(d.remove for d in decisions)
     verb = "would remove" if dry_run else "removed"
-    table = Table(title=f"{len(decisions)} backfill(s) found, {removed} {verb}")
+    table = Table(title=Text(f"{len(decisions)} backfill(s) found, {removed} {verb}"))
     for column in ("backfill", "last active (UTC)", "age", "published", "staging tables", "tags", "checkpoint folder"):
         table.add_column(column, justify="right" if column in ("age", "staging tables", "tags") else "left")
     table.add_column("action")
     for d in decisions:
         lo = d.leftovers
-        action = f"[green]{verb}[/] ({d.reason})" if d.remove else f"[yellow]kept[/]: {d.reason}"
+        action = (
+            Text.assemble((verb, "green"), f" ({d.reason})")
+            if d.remove
+            else Text.assemble(("kept", "yellow"), f": {d.reason}")
+        )
         table.add_row(
-            lo.backfill_id,
+            Text(lo.backfill_id),
             "-" if lo.last_activity is None else f"{lo.last_activity:%Y-%m-%d %H:%M}",
             age_text(d.age),
             "-" if lo.published_at is None else f"{lo.published_at:%Y-%m-%d %H:%M}",
             str(len(lo.staging)),
-            ", ".join(source for _, source in lo.tags) or "-",
+            Text(", ".join(source for _, source in lo.tags) or "-"),
             "yes" if lo.checkpoint else "-",
             action,
         )
@@ -69,14 +74,18 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     older_than = None if args.older_than is None else parse_duration(args.older_than, "--older-than", allow_zero=True)
     retention = cfg.job.retention if older_than is None else older_than
-    console = Console()
-    console.print(
-        f"[bold]cleanup[/] of job [bold]{cfg.job.name}[/] ({cfg.path}): backfills last active at least "
-        f"{human_duration(retention)} ago{' (dry run: nothing is removed)' if args.dry_run else ''}"
+    console = new_console()
+    say(
+        console,
+        ("cleanup", "bold"),
+        " of job ",
+        (cfg.job.name, "bold"),
+        f" ({cfg.path}): backfills last active at least "
+        f"{human_duration(retention)} ago{' (dry run: nothing is removed)' if args.dry_run else ''}",
     )
     decisions = cleanup(cfg, older_than=retention, dry_run=args.dry_run)
     if decisions:
-        console.print(cleanup_table(decisions, dry_run=args.dry_run))
+        print_table(console, cleanup_table(decisions, dry_run=args.dry_run))
     else:
-        console.print(f"  nothing to clean: no backfill of {cfg.job.name} left anything behind")
+        say(console, f"  nothing to clean: no backfill of {cfg.job.name} left anything behind")
     return 0

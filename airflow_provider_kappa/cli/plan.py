@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.checks import check_inputs, closed_by, falls_short, landed_end
 from airflow_provider_kappa.backfill.params import CLI_PARAMS
 from airflow_provider_kappa.backfill.plan import plan as plan_slices
 from airflow_provider_kappa.backfill.snapshot import snapshot
+from airflow_provider_kappa.cli.output import new_console, print_table, say
 from airflow_provider_kappa.job.config import load_config
 
 if TYPE_CHECKING:
@@ -76,7 +78,7 @@ def plan_table(plan: BackfillPlan) -> Table:
     """The slice table: read range, owned range, per source files / ~rows / ~bytes, warnings."""
 
     sources = [s.source for s in plan.slices[0].stats] if plan.slices else []
-    table = Table(title=f"backfill {plan.backfill_id}: {len(plan.slices)} {plan.mode} slice(s)", show_lines=False)
+    table = Table(title=Text(f"backfill {plan.backfill_id}: {len(plan.slices)} {plan.mode} slice(s)"), show_lines=False)
     table.add_column("slice")
     table.add_column("reads (ingestion, UTC)")
     table.add_column("owns (output, UTC)")
@@ -86,11 +88,11 @@ def plan_table(plan: BackfillPlan) -> Table:
     for s in plan.slices:
         cells = [f"{x.files} / {x.rows} / {_size(x.bytes)}" for x in s.stats]
         table.add_row(
-            s.slice_id,
+            Text(s.slice_id),
             f"{s.read_start:%m-%d %H:%M}→{s.read_end:%m-%d %H:%M}",
             f"{s.owns_start:%m-%d %H:%M}→{s.owns_end:%m-%d %H:%M}",
             *cells,
-            "; ".join(s.warnings),
+            Text("; ".join(s.warnings)),
         )
     return table
 
@@ -98,11 +100,12 @@ def plan_table(plan: BackfillPlan) -> Table:
 def print_header(console: Console, bf: Backfill) -> None:
     """The backfill's identity and parameters."""
     p = bf.params.to_dict()
-    console.print(f"[bold]backfill {bf.id}[/] of job [bold]{bf.cfg.job.name}[/] ({bf.cfg.path})")
-    console.print(
+    say(console, (f"backfill {bf.id}", "bold"), " of job ", (bf.cfg.job.name, "bold"), f" ({bf.cfg.path})")
+    say(
+        console,
         f"  window [{p['start']}, {p['end']}), reads [{bf.params.read_start.isoformat()}, {bf.params.read_end.isoformat()}), "
         f"mode {p['mode']}, slice {p['slice']}, threshold {p['max_misalignment_threshold']}, warmup {p['warmup']}, "
-        f"tail {p['tail']}, sources {','.join(p['sources'])}"
+        f"tail {p['tail']}, sources {','.join(p['sources'])}",
     )
 
 
@@ -114,19 +117,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the slice table of a backfill at the sources' current snapshots."""
 
-    console = Console()
+    console = new_console()
     bf = load_backfill(args)
     print_header(console, bf)
     snapshot_ids = snapshot(bf, tag=False)
-    console.print("  snapshots " + ", ".join(f"{k}={v}" for k, v in snapshot_ids.items()))
+    say(console, "  snapshots " + ", ".join(f"{k}={v}" for k, v in snapshot_ids.items()))
     plan = plan_slices(bf, snapshot_ids)
-    console.print(plan_table(plan))
+    print_table(console, plan_table(plan))
     for w in plan.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
-    console.print(f"~{plan.rows} rows to read in {len(plan.slices)} slice(s) (estimates from manifest statistics)")
+        say(console, ("warning:", "yellow"), f" {w}")
+    say(console, f"~{plan.rows} rows to read in {len(plan.slices)} slice(s) (estimates from manifest statistics)")
     open_end = open_end_notice(bf, snapshot_ids)
     if open_end:
-        console.print(f"[yellow]warning:[/] {open_end}")
+        say(console, ("warning:", "yellow"), f" {open_end}")
     return 0
 
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
-from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError
 from airflow_provider_kappa.job.checkpoints import ledger_folder
+from airflow_provider_kappa.spark.staging import DEFAULT_NAMESPACE, _check_namespace
 from airflow_provider_kappa.timeparse import parse_duration
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -130,20 +131,17 @@ class JobSection:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     master: str = "local[*]"
     live_trigger: timedelta = timedelta(seconds=10)
-    staging_namespace: str = "kappa_staging"
+    staging_namespace: str = DEFAULT_NAMESPACE
     class_data_sharing: bool = True
     engine: str = CONNECT
     connect: ConnectConfig | None = None
     retention: timedelta = DEFAULT_RETENTION  # what a backfill left is removed this long after its last activity
-    deploy_mode: str | None = (
-        None  # spark-submit deploy mode (client | cluster); None: the Spark connection's, else client
-    )
-    python_archive: str | None = (
-        None  # a packed virtualenv (venv-pack) executors run: spark.archives (docs/deployment.md)
-    )
-    env: Mapping[str, str] = field(
-        default_factory=dict
-    )  # environment of the driver and executors, passed per deploy mode
+    #: spark-submit deploy mode (client | cluster); None: the Spark connection's, else client
+    deploy_mode: str | None = None
+    #: a packed virtualenv (venv-pack) executors run: spark.archives (docs/deployment.md)
+    python_archive: str | None = None
+    #: environment of the driver and executors, passed per deploy mode
+    env: Mapping[str, str] = field(default_factory=dict)
     catalogs_file: str | None = None  # a catalogs file the cluster reads itself (not written, not shipped by kappa)
     ledger: str = ""  # the live ledger kappa run records and a backfill with --ledger replays (spark/ledger.py)
 
@@ -250,6 +248,14 @@ def _name(value: str, where: str) -> str:
     return value
 
 
+def _staging_namespace(value: str) -> str:
+    """``job.staging_namespace``, by the rule of the staging tables' names (spark/staging.py)."""
+    try:
+        return _check_namespace(value)
+    except KappaSinkError as e:
+        raise KappaConfigError(f"job.staging_namespace: {str(e).removeprefix('staging namespace ')}") from e
+
+
 def _table(sec: _Section) -> str:
     table = sec.text("table")
     if not _TABLE.match(table):
@@ -271,8 +277,18 @@ def load_config(path: str | Path) -> JobConfig:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise KappaConfigError(f"config {str(path)!r} is not valid YAML: {e}") from e
+        raise KappaConfigError(f"config {str(path)!r} is not valid YAML{_yaml_problem(e)}") from e
     return parse_config(expand_env(raw, "", cfg_path), cfg_path)
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """One line: `` at line L, column C: <problem> (<context>)``, else ``: <error>``."""
+    mark = getattr(e, "problem_mark", None)
+    if mark is None:
+        return ": " + " ".join(str(e).split())
+    problem, context = getattr(e, "problem", None), getattr(e, "context", None)
+    what = f"{problem} ({context})" if context else str(problem)
+    return f" at line {mark.line + 1}, column {mark.column + 1}: " + " ".join(what.split())
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -334,30 +350,16 @@ def parse_config(raw: object, path: Path) -> JobConfig:
     return cfg
 
 
+#: The keys of ``job:``.
+_JOB_KEYS = (
+    "name application checkpoint_root spark_conf master live_trigger staging_namespace class_data_sharing engine "
+    "connect retention deploy_mode python_archive env catalogs_file ledger"
+).split()
+
+
 def _job(body: object, path: Path) -> JobSection:
     """The ``job:`` section; relative paths resolve against the folder of ``path`` (kappa.yaml)."""
-    j = _Section(
-        body,
-        "job",
-        {
-            "name",
-            "application",
-            "checkpoint_root",
-            "spark_conf",
-            "master",
-            "live_trigger",
-            "staging_namespace",
-            "class_data_sharing",
-            "engine",
-            "connect",
-            "retention",
-            "deploy_mode",
-            "python_archive",
-            "env",
-            "catalogs_file",
-            "ledger",
-        },
-    )
+    j = _Section(body, "job", set(_JOB_KEYS))
     application = Path(j.text("application"))
     if not application.is_absolute():
         application = (path.parent / application).resolve()
@@ -371,7 +373,7 @@ def _job(body: object, path: Path) -> JobSection:
         spark_conf=j.mapping("spark_conf"),
         master=j.text("master", "local[*]"),
         live_trigger=parse_duration(j.data.get("live_trigger", "10s"), "job.live_trigger"),
-        staging_namespace=_name(j.text("staging_namespace", "kappa_staging"), "job.staging_namespace"),
+        staging_namespace=_staging_namespace(j.text("staging_namespace", DEFAULT_NAMESPACE)),
         class_data_sharing=j.flag("class_data_sharing", True),
         engine=_engine(j),
         connect=_connect(j.data.get("connect")),

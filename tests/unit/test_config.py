@@ -191,6 +191,44 @@ def test_malformed_yaml_and_missing_file(tmp_path: Path) -> None:
         load_config(bad)
 
 
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (
+            "job: [unclosed\n",
+            "line 2, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)",
+        ),
+        ("job:\n  name: rmi\n   application: job.py\n", "line 3, column 15: mapping values are not allowed here"),
+        (
+            "job: {name: rmi}\njob\tx: 1: 2\n",
+            "line 2, column 4: found character '\\t' that cannot start any token (while scanning for the next token)",
+        ),
+    ],
+)
+def test_malformed_yaml_is_refused_in_one_line_naming_the_file_line_column_and_problem(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    bad = tmp_path / "kappa.yaml"
+    bad.write_text(text)
+    with pytest.raises(KappaConfigError) as e:
+        load_config(bad)
+    message = str(e.value)
+    assert message.startswith(f"config {str(bad)!r} is not valid YAML at {where}"), message
+    assert "\n" not in message and "^" not in message and "<unicode string>" not in message, message
+
+
+@pytest.mark.parametrize("value", ["Kappa-Staging", "kappa.staging", "staging ns", "[a-z0-9_]"])
+def test_a_staging_namespace_outside_the_staging_tables_rule_is_refused_at_load(tmp_path: Path, value: str) -> None:
+    with pytest.raises(KappaConfigError) as e:
+        load_config(write(tmp_path, with_change(["job", "staging_namespace"], value)))
+    assert str(e.value) == f"job.staging_namespace: {value!r} must match [a-z0-9_]+ (e.g. 'kappa_staging')"
+
+
+@pytest.mark.parametrize("value", ["kappa_staging", "staging2", "2staging"])
+def test_a_staging_namespace_the_staging_tables_accept_loads(tmp_path: Path, value: str) -> None:
+    assert load_config(write(tmp_path, with_change(["job", "staging_namespace"], value))).job.staging_namespace == value
+
+
 def test_job_class_data_sharing_is_a_boolean_defaulting_to_true(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, BASE)).job.class_data_sharing is True
     assert (
