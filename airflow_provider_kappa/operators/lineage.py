@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from airflow_provider_kappa.redact import uri_location, without_userinfo
 from airflow_provider_kappa.spark.catalog import load_table
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def location_dataset(location: str) -> tuple[str, str]:
 
     :param location: a table's location (a URI, or a local path).
     """
-    parts = urlsplit(location)
+    parts = urlsplit(without_userinfo(location))
     scheme = parts.scheme.lower()
     if not scheme or scheme == "file":
         path = (parts.path if scheme else location).rstrip("/") or "/"
@@ -106,19 +107,7 @@ def location_dataset(location: str) -> tuple[str, str]:
     path = parts.path.rstrip("/")
     if scheme not in _PATH_SCHEMES:
         path = path.lstrip("/")
-    return f"{scheme}://{parts.netloc.rpartition('@')[2]}", path
-
-
-def redact_uri(uri: str) -> str:
-    """``uri`` without user, password, query or fragment (a catalog's URI in an event).
-
-    :param uri: a URI such as ``postgresql://user:pw@host:5432/db?sslmode=require``.
-    """
-    parts = urlsplit(uri)
-    if not parts.scheme:
-        return parts.path
-    authority = "//" + parts.netloc.rpartition("@")[2] if uri[len(parts.scheme) + 1 :].startswith("//") else ""
-    return f"{parts.scheme}:{authority}{parts.path}"
+    return f"{scheme}://{parts.netloc}", path
 
 
 def catalog_namespace(catalog: str, properties: Mapping[str, str]) -> str:
@@ -129,7 +118,7 @@ def catalog_namespace(catalog: str, properties: Mapping[str, str]) -> str:
     """
     for key in ("uri", "warehouse"):
         if properties.get(key):
-            return redact_uri(str(properties[key]))
+            return uri_location(str(properties[key]))
     return f"iceberg://{catalog}"
 
 
@@ -166,8 +155,8 @@ def table_dataset(bf: Backfill, ref: TableRef, output: bool) -> Any:
             framework="iceberg",
             type=kind,
             name=ref.catalog,
-            metadataUri=redact_uri(properties["uri"]) if properties.get("uri") else None,
-            warehouseUri=redact_uri(properties["warehouse"]) if properties.get("warehouse") else None,
+            metadataUri=uri_location(properties["uri"]) if properties.get("uri") else None,
+            warehouseUri=uri_location(properties["warehouse"]) if properties.get("warehouse") else None,
         ),
         "storage": StorageDatasetFacet(
             storageLayer="iceberg", fileFormat=str(table.properties.get("write.format.default", "parquet")).lower()

@@ -9,13 +9,14 @@ one merge of a ``kappa_iceberg`` reader's or writer's options into catalog prope
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
 
 from airflow_provider_kappa.exceptions import KappaCatalogUnavailableError, KappaConfigError, KappaSourceError
 from airflow_provider_kappa.faults import transient_cause
+from airflow_provider_kappa.redact import redact_text
 from airflow_provider_kappa.spark.settings import read_catalogs_file
 
 if TYPE_CHECKING:
@@ -63,9 +64,39 @@ def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
     :raises KappaCatalogUnavailableError: the catalog cannot be reached for now (connection
         refused, a timeout, a 5xx answer, a locked sqlite file): a retry may succeed.
     :raises KappaConfigError: the catalog is misconfigured (an unknown type, a missing or bad
-        property, credentials refused): a retry fails the same way.
+        property, credentials refused), or a ``sqlite:///path`` catalog whose file does not exist
+        (pyiceberg would create an empty one there: no verb creates a catalog).
     """
+    _check_sqlite_file(name, properties)
     return _cached(name, tuple(sorted(properties.items())))
+
+
+def sqlite_file(uri: str) -> str | None:
+    """The database file of a ``sqlite[+driver]:///path`` URI (relative to the working folder unless
+    ``sqlite:////absolute``); ``None`` for another URI or an in-memory database.
+
+    :param uri: a catalog's ``uri`` property.
+    """
+    scheme, sep, rest = uri.partition(":///")
+    if not sep or scheme.lower().split("+", 1)[0] != "sqlite":
+        return None
+    path, _, query = rest.partition("?")
+    if path.startswith("file:") and "uri=true" in query.lower():
+        path = path.removeprefix("file:")
+    return None if path in ("", ":memory:") or "mode=memory" in query.lower() else path
+
+
+def _check_sqlite_file(name: str, properties: Mapping[str, str]) -> None:
+    """Refuse a sqlite SqlCatalog whose file does not exist (``type: sql``, or no type and a
+    ``sqlite`` URI, which pyiceberg takes for a SqlCatalog)."""
+    if properties.get("type", "sql").lower() != "sql":
+        return
+    path = sqlite_file(str(properties.get("uri") or ""))
+    if path is not None and not os.path.isfile(path):
+        raise KappaConfigError(
+            f"catalog {name!r}: sqlite file {path!r} does not exist (uri of a type: sql catalog); expected the "
+            "file of an existing catalog: no kappa verb creates a catalog (create it with pyiceberg's SqlCatalog)"
+        )
 
 
 @lru_cache(maxsize=16)
@@ -81,45 +112,18 @@ def _cached(name: str, items: tuple[tuple[str, str], ...]) -> Catalog:
     except Exception as e:  # pyiceberg raises many types; re-raise with the catalog named, secrets masked
         # not chained: the original message (a database URL with its password, a token) would
         # be printed with the traceback into task logs
-        message = redact(f"{type(e).__name__}: {e}", dict(items))
+        message = redact_text(f"{type(e).__name__}: {e}", dict(items))
         cause = transient_cause(e)
         if cause is not None:
             reason = (
-                message if cause is e else f"{message} (from {redact(f'{type(cause).__name__}: {cause}', dict(items))})"
+                message
+                if cause is e
+                else f"{message} (from {redact_text(f'{type(cause).__name__}: {cause}', dict(items))})"
             )
             raise KappaCatalogUnavailableError(
                 f"catalog {name!r} cannot be reached for now: {reason}; retry the step"
             ) from None
         raise KappaConfigError(f"catalog {name!r} cannot be loaded: {message}") from None
-
-
-#: Property-name fragments whose values are secrets (pyiceberg's credential, token, keys, passwords).
-SECRET_KEY_PARTS = ("password", "secret", "token", "credential", "session", "private", "access-key", "key-id")
-
-
-def redact(text: str, properties: Mapping[str, str]) -> str:
-    """``text`` with every secret of ``properties`` replaced by ``***``: values of secret-named
-    properties and the password of any URL-valued property (``uri``: ``postgresql://u:pw@h/db``).
-
-    :param text: an error message that may quote catalog properties.
-    :param properties: the catalog's properties.
-    """
-    secrets = set()
-    for key, value in properties.items():
-        if not value:
-            continue
-        if any(part in key.lower() for part in SECRET_KEY_PARTS):
-            secrets.add(value)
-        if "://" in value:
-            try:
-                password = urlsplit(value).password
-            except ValueError:
-                password = None
-            if password:
-                secrets.update({password, unquote(password)})
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 def load_table(catalog: Catalog, identifier: str) -> Table:

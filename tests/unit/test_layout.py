@@ -35,7 +35,7 @@ RANKS = {
 
 def room(module: str) -> str:
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("exceptions", "faults", "timeparse", "timeaxis"):
+    if len(parts) == 1 or parts[1] in ("exceptions", "faults", "redact", "timeparse", "timeaxis"):
         return "core"
     return parts[1]
 

@@ -15,8 +15,8 @@ from airflow_provider_kappa.operators.lineage import (
     location_dataset,
     openlineage_enabled,
     parent_job_conf,
-    redact_uri,
 )
+from airflow_provider_kappa.redact import uri_location
 
 OPERATORS = Path(__file__).parents[2] / "airflow_provider_kappa" / "operators"
 
@@ -41,17 +41,27 @@ def test_a_table_is_named_by_its_location(location: str, dataset: tuple[str, str
 
 def test_a_catalog_identifier_carries_no_credentials() -> None:
     assert (
-        redact_uri("postgresql+psycopg2://kappa:pw@db:5432/catalog?sslpassword=x#f")
+        uri_location("postgresql+psycopg2://kappa:pw@db:5432/catalog?sslpassword=x#f")
         == "postgresql+psycopg2://db:5432/catalog"
     )
-    assert redact_uri("sqlite:////var/kappa/catalog.db") == "sqlite:////var/kappa/catalog.db"
-    assert redact_uri("https://token@rest.example/api/catalog") == "https://rest.example/api/catalog"
+    assert uri_location("sqlite:////var/kappa/catalog.db") == "sqlite:////var/kappa/catalog.db"
+    assert uri_location("https://token@rest.example/api/catalog") == "https://rest.example/api/catalog"
     assert (
         catalog_namespace("lake", {"uri": "http://u:p@127.0.0.1:8181", "warehouse": "s3://w"})
         == "http://127.0.0.1:8181"
     )
     assert catalog_namespace("lake", {"warehouse": "s3://k:s@w/path"}) == "s3://w/path"
     assert catalog_namespace("glue_lake", {"type": "glue"}) == "iceberg://glue_lake"
+
+
+@pytest.mark.parametrize("password", ["pa/ss", "pa?ss", "pa#ss", "pa@ss", "pa:ss", "p/?#@:w"])
+def test_a_catalog_namespace_never_holds_a_password_sqlalchemy_takes_unencoded(password: str) -> None:
+    """SQLAlchemy reads ``/ ? # @ :`` unencoded in a password; urlsplit cuts such a URL elsewhere."""
+    uri = f"postgresql+psycopg2://kappa:{password}@db:5432/catalog"
+    assert catalog_namespace("lake", {"uri": uri}) == "postgresql+psycopg2://db:5432/catalog"
+    jdbc = f"jdbc:postgresql://db:5432/catalog?user=kappa&password={password}&ssl=true"
+    assert catalog_namespace("lake", {"uri": jdbc}) == "jdbc:postgresql://db:5432/catalog"
+    assert location_dataset(f"s3a://key:{password}@lake/wh/t") == ("s3a://lake", "wh/t")
 
 
 def test_without_the_openlineage_provider_a_slice_gets_no_parent_keys(monkeypatch: pytest.MonkeyPatch) -> None:

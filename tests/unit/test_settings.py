@@ -131,7 +131,8 @@ def test_bad_settings(conf: dict[str, str], match: str) -> None:
 
 
 def test_catalog_errors_mask_secrets_and_do_not_chain_the_original(tmp_path: Path) -> None:
-    from airflow_provider_kappa.spark.catalog import load_catalog, redact
+    from airflow_provider_kappa.redact import redact_text
+    from airflow_provider_kappa.spark.catalog import load_catalog
 
     props = {
         "uri": "postgresql://kappa:p%40ss@db:5432/cat",
@@ -140,12 +141,36 @@ def test_catalog_errors_mask_secrets_and_do_not_chain_the_original(tmp_path: Pat
         "warehouse": "s3://bucket/w",
     }
     text = "failed: postgresql://kappa:p%40ss@db:5432/cat (p@ss) with client:s3cr3t and AKIASECRET in s3://bucket/w"
-    assert redact(text, props) == "failed: postgresql://kappa:***@db:5432/cat (***) with *** and *** in s3://bucket/w"
+    assert (
+        redact_text(text, props) == "failed: postgresql://***:***@db:5432/cat (***) with *** and *** in s3://bucket/w"
+    )
     # a real failure: the message names the catalog; the original exception is not chained
     # (a traceback would print its text, unmasked, into a task log)
-    with pytest.raises(KappaConfigError, match=r"catalog 'lake' cannot be loaded: OperationalError") as info:
-        load_catalog("lake", {"type": "sql", "uri": f"sqlite:///{tmp_path}/no/such/dir/c.db", "token": "t0k3n"})
+    with pytest.raises(KappaConfigError, match=r"catalog 'lake' cannot be loaded: DatabaseError") as info:
+        (tmp_path / "c.db").write_text("not a database " * 100)
+        load_catalog("lake", {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "token": "t0k3n"})
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+@pytest.mark.parametrize("catalog_type", ["sql", None])
+def test_a_missing_sqlite_catalog_file_is_refused_not_created(tmp_path: Path, catalog_type: str | None) -> None:
+    """No verb creates a catalog: ``sqlite:///path`` of a file that does not exist is a config error
+    naming the catalog and the path (pyiceberg would create an empty catalog there)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from airflow_provider_kappa.spark.catalog import load_catalog
+
+    missing = tmp_path / "catalog.db"  # its folder exists: sqlite would create the file
+    props = {"uri": f"sqlite:///{missing}", "warehouse": f"file://{tmp_path}/wh"}
+    if catalog_type:
+        props["type"] = catalog_type
+    with pytest.raises(KappaConfigError, match=rf"catalog 'lake': sqlite file '{missing}' does not exist") as info:
+        load_catalog("lake", props)
+    assert "type: sql" in str(info.value) and not missing.exists()
+    # a catalog created on purpose (pyiceberg's SqlCatalog itself) loads
+    SqlCatalog("lake", **{k: v for k, v in props.items() if k != "type"}).create_namespace("raw")
+    assert load_catalog("lake", props).list_namespaces() == [("raw",)]
+    assert load_catalog("mem", {"type": "sql", "uri": "sqlite:///:memory:"}).name == "mem"  # no file
 
 
 def test_an_iceberg_read_is_written_and_read_back_the_same_through_conf_and_options() -> None:
