@@ -10,7 +10,8 @@
 Only the session keys (``spark.kappa.*`` and runtime ``spark.sql.*``) can change per session
 (:func:`split_conf`); the job's other ``spark_conf`` keys go to a local server when it starts, and
 a given server keeps its own (a warning says which). Catalog credentials stay in the 0600 catalogs
-file whose path the conf carries; a server URL holding a token goes to the runner by environment.
+file whose path the conf carries; a server URL holding a token, and the token of kappa's own server
+(from its 0600 state file), go to the runner by environment only (:func:`client_env`).
 No Airflow import at module level (only :func:`configured_url` imports the hook).
 """
 
@@ -31,6 +32,7 @@ from typing import Any
 
 from airflow_provider_kappa.engine.base import Engine, SliceRunRequest
 from airflow_provider_kappa.engine.connect_server import (
+    TOKEN_ENV,
     LocalConnectServer,
     configured_url,
     ensure_server,
@@ -60,7 +62,20 @@ def with_session_id(url: str, session_id: str) -> str:
     return base.rstrip("/") + "/;" + ";".join([*kept, f"session_id={session_id}"])
 
 
-def stop_session(url: str, session_id: str, timeout: float = 60.0) -> None:
+def client_env(url: str, token: str | None) -> dict[str, str]:
+    """The environment of a runner child, a client of the server at ``url``: ``SPARK_REMOTE`` (a
+    token in the URL stays out of the command line) and, for kappa's own server, its token.
+
+    :param url: the server's ``sc://`` URL.
+    :param token: the token of a kappa-owned server (``None``: the URL's or the environment's own).
+    """
+    env = {**os.environ, **spark_env(), "SPARK_REMOTE": url}
+    if token is not None:
+        env[TOKEN_ENV] = token
+    return env
+
+
+def stop_session(url: str, session_id: str, timeout: float = 60.0, *, token: str | None = None) -> None:
     """Release Spark Connect session ``session_id`` of the server at ``url``: its streaming queries
     are stopped and its running operations interrupted inside the server (a runner that was killed
     leaves them running). A session already closed is fine.
@@ -68,10 +83,11 @@ def stop_session(url: str, session_id: str, timeout: float = 60.0) -> None:
     :param url: the server's ``sc://`` URL (a token in it goes by environment).
     :param session_id: the session to end.
     :param timeout: seconds to wait for the stop.
+    :param token: the token of a kappa-owned server (given by environment).
     :raises KappaEngineError: the stop failed or did not end in time.
     """
     cmd = [sys.executable, "-m", RUNNER_MODULE, "--stop-session"]
-    env = {**os.environ, **spark_env(), "SPARK_REMOTE": with_session_id(url, session_id)}
+    env = client_env(with_session_id(url, session_id), token)
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as e:
@@ -86,7 +102,9 @@ def stop_session(url: str, session_id: str, timeout: float = 60.0) -> None:
     log.info("Spark Connect session %s on %s released", session_id, redact_url(url))
 
 
-def stop_run(proc: subprocess.Popen[bytes], url: str, session_id: str, grace: float = 20.0) -> None:
+def stop_run(
+    proc: subprocess.Popen[bytes], url: str, session_id: str, grace: float = 20.0, *, token: str | None = None
+) -> None:
     """End a runner and its session: SIGTERM (the runner stops its queries and the session), and if
     it is not gone after ``grace`` seconds, SIGKILL it and release the session from here
     (:func:`stop_session`)."""
@@ -100,7 +118,7 @@ def stop_run(proc: subprocess.Popen[bytes], url: str, session_id: str, grace: fl
             proc.wait()
     elif proc.returncode == 0:
         return
-    stop_session(url, session_id)
+    stop_session(url, session_id, token=token)
 
 
 def write_conf_file(conf: Mapping[str, str], path: Path) -> Path:
@@ -122,6 +140,7 @@ def run_application(
     server_alive: Callable[[], bool] | None = None,
     owned: bool = False,
     session_id: str | None = None,
+    token: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``application`` once as a Spark Connect session of the server at ``url``.
 
@@ -137,6 +156,7 @@ def run_application(
         server keys: they are not reported as left out.
     :param session_id: the session's id (a UUID; default a new one): the session the runner opens,
         and the one :func:`stop_session` ends if the runner cannot.
+    :param token: the token of a kappa-owned server (given to the runner by environment).
     :returns: the ``StreamingQueryProgress`` records of the run, in order.
     :raises KappaEngineError: the session fails (the tail of its output in the message) or the server goes away.
 
@@ -152,7 +172,7 @@ def run_application(
     progress_file = work / "progress.jsonl"
     cmd = _runner_command(application, conf_file, progress_file)
     session_id = session_id or str(uuid.uuid4())
-    env = {**os.environ, **spark_env(), "SPARK_REMOTE": with_session_id(url, session_id)}
+    env = client_env(with_session_id(url, session_id), token)
     log.info("%s: Spark Connect session %s on %s: %s", name, session_id, redact_url(url), " ".join(cmd))
     tail: deque[str] = deque(maxlen=40)
     proc = subprocess.Popen(
@@ -165,7 +185,7 @@ def run_application(
     )
 
     def stop() -> None:
-        stop_run(proc, url, session_id)
+        stop_run(proc, url, session_id, token=token)
 
     with RUNNING.run(f"Spark Connect session {session_id} ({name})", stop):
         try:
@@ -173,7 +193,7 @@ def run_application(
         except BaseException:
             stop()
             raise
-    _check_run_ended(proc.wait(), gone is not None, tail, name=name, url=url, session_id=session_id)
+    _check_run_ended(proc.wait(), gone is not None, tail, name=name, url=url, session_id=session_id, token=token)
     return read_progress(progress_file)
 
 
@@ -204,19 +224,22 @@ def _runner_command(application: str | Path, conf_file: Path, progress_file: Pat
     ]
 
 
-def _check_run_ended(code: int, gone: bool, tail: deque[str], *, name: str, url: str, session_id: str) -> None:
+def _check_run_ended(
+    code: int, gone: bool, tail: deque[str], *, name: str, url: str, session_id: str, token: str | None
+) -> None:
     """Raise unless the runner ended well; a runner killed by a signal has its session released from here.
 
     :param code: the runner's exit code (negative: killed by that signal).
     :param gone: the server went away during the run.
     :param tail: the runner's last output lines.
+    :param token: the token of a kappa-owned server.
     :raises KappaEngineError: the server went away, the session failed or could not be released.
     """
     if gone:
         raise KappaEngineError(f"{name}: the Spark Connect server at {redact_url(url)} went away during the run")
     if code < 0:  # the runner was killed by a signal: its queries may still run inside the server
         try:
-            stop_session(url, session_id)
+            stop_session(url, session_id, token=token)
         except KappaEngineError as e:
             raise KappaEngineError(
                 f"{name}: the Spark Connect runner was killed by signal {-code} and its session {session_id} could not "
@@ -291,6 +314,11 @@ class ConnectEngine(Engine):
         self.url = url
         self._owned: LocalConnectServer | None = None
 
+    def owned_token(self, url: str) -> str | None:
+        """The token of the kappa-owned server at ``url`` (from its state file); ``None`` for another server."""
+        state = read_state(self.state_file)
+        return state.token if state is not None and state.url == url else None
+
     def server_url(self) -> str | None:
         """The server the slices run on now, ``None`` when there is none yet."""
         url = self.url or configured_url(self.cfg)
@@ -311,7 +339,7 @@ class ConnectEngine(Engine):
             self.cfg, self.state_file.parent, state_file=self.state_file, die_with_parent=True
         )
         self._owned.start()
-        warm(self._owned.url)
+        warm(self._owned.url, token=self._owned.token)
 
     @property
     def owned_server(self) -> LocalConnectServer | None:
@@ -336,7 +364,7 @@ class ConnectEngine(Engine):
         if url is None or redact_url(url) != previous.get("server"):
             return
         try:
-            stop_session(url, str(previous["session_id"]))
+            stop_session(url, str(previous["session_id"]), token=self.owned_token(url))
         except KappaEngineError as e:
             # Not fatal on purpose: the epoch taken next fences that session's query out whatever it
             # does; the retry must not fail because an old session could not be reached.
@@ -365,6 +393,7 @@ class ConnectEngine(Engine):
                     server_alive=server.alive,
                     owned=True,
                     session_id=session_id,
+                    token=server.token,
                 )
         self.store.record_session(
             request.slice_id, request.epoch, {"server": redact_url(url), "session_id": session_id}
@@ -380,6 +409,7 @@ class ConnectEngine(Engine):
             server_alive=state.alive if owned and state else None,
             owned=owned,
             session_id=session_id,
+            token=state.token if owned and state else None,
         )
         self.store.record_session(
             request.slice_id, request.epoch, None
@@ -387,12 +417,17 @@ class ConnectEngine(Engine):
         return progress
 
 
-def warm(url: str, timeout: float = 120.0) -> None:
+def warm(url: str, timeout: float = 120.0, *, token: str | None = None) -> None:
     """Run a tiny query with a Python UDF on the server at ``url`` (a runner child), so its JVM's
     first query, code generation and Python worker start are paid before the first slice. A failed
-    warm-up is logged, not raised: the first slice then pays for it, and says why if it fails too."""
+    warm-up is logged, not raised: the first slice then pays for it, and says why if it fails too.
+
+    :param url: the server's ``sc://`` URL.
+    :param timeout: seconds to wait for the query.
+    :param token: the token of a kappa-owned server (given to the runner by environment).
+    """
     began = time.monotonic()
-    env = {**os.environ, **spark_env(), "SPARK_REMOTE": url}
+    env = client_env(url, token)
     cmd = [sys.executable, "-m", RUNNER_MODULE, "--warm"]
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

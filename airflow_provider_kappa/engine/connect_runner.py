@@ -11,7 +11,9 @@ operations and release it (a killed runner left them running in the server); exi
 the session is already closed.
 
 1. opens a session on the Spark Connect server ``URL`` (default: ``$SPARK_REMOTE``, so a URL
-   holding a token need not be on the command line);
+   holding a token need not be on the command line; the token of kappa's own server comes in
+   ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``, which pyspark's client sends, and the job's own
+   ``getOrCreate()`` with it);
 2. sets the run's session conf from ``F``, a JSON object ``{key: value}`` (the launcher writes it
    with mode 0600): ``spark.kappa.*`` keys and runtime SQL keys. A key the server does not let a
    session change (a static or core conf) is refused with its name, unless the server already has

@@ -3,10 +3,13 @@
 - Where the server is: :func:`configured_url` (``job.connect.url``, or an Airflow ``spark_connect``
   connection through the Spark provider's ``SparkConnectHook``), else a server kappa starts and
   owns, :class:`LocalConnectServer` (a ``SparkConnectServer`` from the pyspark wheel, on a free
-  port of 127.0.0.1, in its own process group, stopped by its pid).
-- A kappa-owned server is described by a small JSON state file ``{"url", "pid", "start_ticks",
-  "log"}`` so another process (an Airflow task) can find it, check it (:func:`read_state`,
-  :meth:`ServerState.alive`) and restart it (:func:`ensure_server`).
+  port of 127.0.0.1, in its own process group, stopped by its pid). It takes only clients that
+  send its random token (``SPARK_CONNECT_AUTHENTICATE_TOKEN``): another local process cannot open a
+  session on it and run a Python UDF as its user.
+- A kappa-owned server is described by a small 0600 JSON state file ``{"url", "pid", "start_ticks",
+  "log", "token"}`` so another process (an Airflow task) can find it, check it (:func:`read_state`,
+  :meth:`ServerState.alive`) and restart it (:func:`ensure_server`). The token is kept there and given
+  to kappa's clients by environment only: never in a URL, a command line, a log, an error or XCom.
 
 No Airflow import at module level (only :func:`configured_url` imports the hook).
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -25,7 +29,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,6 +49,8 @@ WARM_DAEMON_MODULE = "airflow_provider_kappa.spark.warm_daemon"
 #: benchmarks/README.md measures ~6 s -> ~2 s of fixed cost per slice); unset or ``0``: Spark's own.
 WARM_DAEMON_ENV = "KAPPA_WARM_DAEMON"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+#: The pre-shared token of a Spark Connect server (read by the server and by pyspark's client).
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 STARTED_LINE = "Spark Connect server started"
 #: Static SQL confs (set only when a Spark application starts), though named ``spark.sql.*``.
 STATIC_SQL_PREFIXES = (
@@ -120,12 +126,14 @@ def port_open(url: str, timeout: float = 1.0) -> bool:
 
 @dataclass(frozen=True)
 class ServerState:
-    """A kappa-owned local server, as its state file records it."""
+    """A kappa-owned local server, as its state file records it; ``token``: the token its clients
+    send (``None``: a server that takes any client), never in ``repr``."""
 
     url: str
     pid: int
     start_ticks: int | None
     log: str
+    token: str | None = field(default=None, repr=False)
 
     def running(self) -> bool:
         """Its process (the same one, not a reused pid) is alive."""
@@ -136,10 +144,13 @@ class ServerState:
         return self.running() and port_open(self.url)
 
     def write(self, path: Path) -> Path:
-        """Write this state as JSON to ``path`` (atomically)."""
+        """Write this state as JSON to ``path`` (atomically), mode 0600: it holds the token."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
+        tmp.unlink(missing_ok=True)  # a left-over file would keep its own mode
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(asdict(self), fh)
         tmp.replace(path)
         return path
 
@@ -148,7 +159,10 @@ def read_state(path: Path) -> ServerState | None:
     """The server recorded in ``path``, ``None`` if there is no (readable) state file."""
     try:
         data = json.loads(path.read_text())
-        return ServerState(str(data["url"]), int(data["pid"]), data.get("start_ticks"), str(data.get("log", "")))
+        token = data.get("token")
+        return ServerState(
+            str(data["url"]), int(data["pid"]), data.get("start_ticks"), str(data.get("log", "")), token and str(token)
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -191,7 +205,9 @@ def free_port() -> int:
 class LocalConnectServer:
     """A Spark Connect server on 127.0.0.1 for one backfill, started from this venv's pyspark.
 
-    Master ``job.master``; the job's ``spark_conf`` keys a session cannot set go to it at start
+    It takes only clients that send :attr:`token`, a random token made at each start (given to the
+    server and to kappa's clients by environment, kept in the 0600 state file); its URL names host
+    ``localhost`` (pyspark's client sends a token without TLS only to ``localhost``). Master ``job.master``; the job's ``spark_conf`` keys a session cannot set go to it at start
     (in a 0600 properties file). It leads its own process group and is stopped by its pid. Its Python
     processes fork from a warm zygote (:meth:`warm_python`, :mod:`airflow_provider_kappa.spark.warm_daemon`)
     unless ``KAPPA_WARM_DAEMON=0``. Use it as a context manager, or :meth:`start` / :meth:`stop`.
@@ -229,6 +245,7 @@ class LocalConnectServer:
         self.seconds = 0.0
         self.zygote: subprocess.Popen[bytes] | None = None
         self._socket_dir: Path | None = None
+        self._token: str | None = None
 
     @property
     def state_file(self) -> Path:
@@ -242,10 +259,17 @@ class LocalConnectServer:
 
     @property
     def url(self) -> str:
-        """``sc://127.0.0.1:<port>``."""
+        """``sc://localhost:<port>`` (no token in it)."""
         if self.state is None:
             raise KappaEngineError("the local Spark Connect server is not started")
         return self.state.url
+
+    @property
+    def token(self) -> str:
+        """The token its clients send (``SPARK_CONNECT_AUTHENTICATE_TOKEN``); never log it."""
+        if self._token is None:
+            raise KappaEngineError("the local Spark Connect server is not started")
+        return self._token
 
     def alive(self) -> bool:
         """Whether the server runs and accepts connections."""
@@ -312,7 +336,8 @@ class LocalConnectServer:
         self.work.mkdir(parents=True, exist_ok=True)
         port = free_port()
         began = time.monotonic()
-        env = {**os.environ, **spark_env(), **self.warm_python()}
+        self._token = secrets.token_urlsafe(32)
+        env = {**os.environ, **spark_env(), **self.warm_python(), TOKEN_ENV: self._token}
         with self.log_file.open("wb") as out:
             self.proc = subprocess.Popen(
                 self.command(port),
@@ -324,13 +349,13 @@ class LocalConnectServer:
             )
             if SOCKET_ENV in env:
                 try:
-                    self._start_zygote(env, out)
+                    self._start_zygote({k: v for k, v in env.items() if k != TOKEN_ENV}, out)
                 except OSError as e:  # the server still runs, its Python processes start cold
                     log.warning(
                         "warm daemon not started (%s: %s); Spark's Python processes start cold", type(e).__name__, e
                     )
-        url = f"sc://127.0.0.1:{port}"
-        self.state = ServerState(url, self.proc.pid, _start_ticks(self.proc.pid), str(self.log_file))
+        url = f"sc://localhost:{port}"  # bound to 127.0.0.1; localhost: the client's token without TLS
+        self.state = ServerState(url, self.proc.pid, _start_ticks(self.proc.pid), str(self.log_file), self._token)
         self.state.write(self.state_file)
         while not port_open(url, timeout=0.5):
             if self.proc.poll() is not None or time.monotonic() - began > self.start_timeout:

@@ -93,7 +93,7 @@ def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact
     killer.join(timeout=5)
     out, err = capsys.readouterr()
     assert killed and code == 1, out + err
-    assert "engine connect: local Spark Connect server sc://127.0.0.1:" in out
+    assert "engine connect: local Spark Connect server sc://localhost:" in out
     assert "slice s0000 failed: KappaEngineError" in out
     assert not list(checkpoints.rglob("connect/server.json"))  # stopped and forgotten at the end
     # the same command again: a new local server, every slice rerun, exact

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from test_config import BASE, with_change, write
 
-from airflow_provider_kappa.engine.connect import write_conf_file
+from airflow_provider_kappa.engine.connect import client_env, write_conf_file
 from airflow_provider_kappa.engine.connect_server import (
+    TOKEN_ENV,
+    LocalConnectServer,
     ServerState,
     configured_url,
     read_state,
@@ -22,7 +24,7 @@ from airflow_provider_kappa.engine.connect_server import (
     split_conf,
     stop_owned,
 )
-from airflow_provider_kappa.exceptions import KappaConfigError
+from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError
 from airflow_provider_kappa.job.config import ConnectConfig, load_config
 
 
@@ -136,6 +138,27 @@ def test_a_state_file_tells_a_live_server_from_a_gone_one_and_stops_it_by_pid(tm
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
+
+
+def test_the_owned_server_token_is_kept_in_a_0600_state_file_and_given_by_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The token of a kappa-owned server: in its state file (0600, even over a left-over file),
+    never in ``repr``; a runner child gets it by environment, a given server's client does not."""
+    path = tmp_path / "server.json"
+    path.with_suffix(".tmp").write_text("left over")
+    path.with_suffix(".tmp").chmod(0o644)
+    state = ServerState("sc://localhost:1", 1, None, "log", "s3cr3t-t0ken")
+    state.write(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert read_state(path) == state and read_state(path).token == "s3cr3t-t0ken"  # type: ignore[union-attr]
+    assert "s3cr3t-t0ken" not in repr(state)
+    monkeypatch.setenv(TOKEN_ENV, "the-users-own")
+    assert client_env("sc://localhost:1", "s3cr3t-t0ken")[TOKEN_ENV] == "s3cr3t-t0ken"
+    assert client_env("sc://spark.example:15002", None)[TOKEN_ENV] == "the-users-own"  # a given server: untouched
+    server = LocalConnectServer(None, tmp_path)
+    with pytest.raises(KappaEngineError, match="not started"):
+        _ = server.token
 
 
 def test_the_default_engine_is_connect_where_it_works_out_of_the_box(tmp_path: Path) -> None:
