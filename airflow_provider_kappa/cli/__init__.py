@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from airflow_provider_kappa import __version__
 from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaCatalogUnavailableError, KappaError
 from airflow_provider_kappa.faults import one_line, root_transient_cause
 
@@ -26,6 +27,7 @@ VERBS = {
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every verb."""
     parser = argparse.ArgumentParser(prog="kappa", description="Kappa backfills of unchanged PySpark streaming jobs.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="{" + ",".join(VERBS) + "}")
     for verb, help_text in VERBS.items():
         p = sub.add_parser(verb, help=help_text, description=help_text)

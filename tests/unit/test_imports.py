@@ -48,3 +48,14 @@ def test_provider_registered(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "airflow-provider-kappa" in out.stdout
+
+
+def test_kappa_version_prints_the_one_version() -> None:
+    """``kappa --version`` prints the package's one version (setup.cfg reads the same attribute)."""
+    import airflow_provider_kappa
+
+    kappa = Path(sys.executable).parent / "kappa"
+    out = subprocess.run([str(kappa), "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"kappa {airflow_provider_kappa.__version__}"
+    assert "version = attr: airflow_provider_kappa.__version__" in (ROOT / "setup.cfg").read_text()
