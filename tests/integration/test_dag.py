@@ -171,7 +171,7 @@ def test_dag_run_replaces_the_bad_window_with_the_correct_rows(
     assert "sink sessions: published snapshot" in out and "match rate" in out
     # engine connect (the example's default): one local server for the run, stopped by the teardown
     assert states[("connect_server_start", -1)] == "success" and states[("connect_server_stop", -1)] == "success"
-    assert "local Spark Connect server sc://127.0.0.1:" in out
+    assert "local Spark Connect server sc://localhost:" in out
     assert not list(lake.rglob("connect/server.json"))
 
 
