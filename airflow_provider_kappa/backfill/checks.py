@@ -1,8 +1,11 @@
 """Input checks of a backfill, made before anything is written (no lock, no tag, no checkpoint,
-no staging table): the job's application file, and the tables it reads and writes (opening them
-also proves the catalogs can be reached), and whether the data landed reaches ``end + tail``
-(:func:`check_landed`; with ``allow_open_end``, :func:`closed_end` is the end of the window
-published), and, for engine ``submit``, that a Kubernetes ``job.master`` can be submitted to.
+no staging table): the job's application file (it exists and compiles), and the tables it reads
+and writes (opening them also proves the catalogs can be reached; a window must cover whole
+units of each sink's ``time_column``: a ``date`` column takes whole UTC days), whether the data
+landed reaches ``end + tail`` (:func:`check_landed`; with ``allow_open_end``, :func:`closed_end`
+is the end of the window published) and whether the window holds any source data
+(:func:`check_window_data`), for engine ``submit`` that a Kubernetes ``job.master`` can be
+submitted to, and for engine ``connect`` that a ``job.connect`` server accepts connections.
 ``kappa plan`` checks only the source tables.
 
 No Airflow import at module level (only a Kubernetes master's check imports the Spark provider);
@@ -14,17 +17,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from airflow_provider_kappa.backfill.params import human_duration
-from airflow_provider_kappa.backfill.plan import slice_count
+from airflow_provider_kappa.backfill.plan import plan_backfill, slice_count, spans_loader
+from airflow_provider_kappa.engine.connect_server import configured_url, port_open, redact_url
 from airflow_provider_kappa.engine.submit_args import check_kubernetes_provider
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSourceError
 from airflow_provider_kappa.job.catalogs import CatalogFor
 from airflow_provider_kappa.job.checkpoints import job_root
-from airflow_provider_kappa.job.config import SUBMIT, IcebergSourceConfig, JobConfig
+from airflow_provider_kappa.job.config import CONNECT, SUBMIT, IcebergSinkConfig, IcebergSourceConfig, JobConfig
 from airflow_provider_kappa.spark.catalog import load_table
 from airflow_provider_kappa.spark.source.manifests import table_ingestion_range
 from airflow_provider_kappa.spark.source.snapshots import ingestion_field
@@ -38,6 +42,8 @@ if TYPE_CHECKING:
 #: most slices one backfill may have (Airflow's default ``core.max_map_length``): more means a
 #: slice too short for the window, and a plan that would take long and hold much memory
 MAX_SLICES = 1024
+#: seconds a ``job.connect`` server has to accept a TCP connection before a backfill is refused
+CONNECT_TIMEOUT = 3.0
 
 
 def check_inputs(
@@ -60,17 +66,42 @@ def check_inputs(
     :raises KappaSourceError: also, for a backfill that runs, a window whose ``end + tail`` lies
         past the landed data without ``allow_open_end`` (:func:`check_landed`).
     :raises KappaConfigError: also, for a backfill that runs with engine ``submit`` and no
-        ``spark_conn_id``, a Kubernetes ``job.master`` without Airflow's Kubernetes provider.
+        ``spark_conn_id``, a Kubernetes ``job.master`` without Airflow's Kubernetes provider; an
+        application that does not compile; a window that does not cover whole units of a sink's
+        ``time_column``; for engine ``connect``, a ``job.connect`` server that does not answer.
+    :raises KappaSourceError: also a window outside the sources' data (:func:`check_window_data`).
     """
     check_slice_count(bf, max_slices)
     if runs:
         check_application(bf.cfg)
         if bf.cfg.job.engine == SUBMIT and spark_conn_id is None:  # a connection's master: checked when a slice submits
             check_kubernetes_provider(bf.cfg.job.master, f"job.master {bf.cfg.job.master!r}")
-    check_tables(bf.cfg, bf.params.sources, bf.catalog_for, sinks=runs)
+        check_connect_server(bf.cfg)
+    window = (bf.params.start, bf.params.end) if runs else None
+    check_tables(bf.cfg, bf.params.sources, bf.catalog_for, sinks=runs, window=window)
     if runs:
         check_landed(bf)
+        check_window_data(bf)
         check_checkpoint_root(bf.cfg)
+
+
+def check_connect_server(cfg: JobConfig) -> None:
+    """Refuse, before any lock or tag, a backfill on engine ``connect`` whose ``job.connect``
+    server does not accept a TCP connection within :data:`CONNECT_TIMEOUT` seconds (without
+    ``job.connect`` kappa starts a local server: nothing to check).
+
+    :raises KappaConfigError: naming the server, the timeout and what to do.
+    """
+    if cfg.job.engine != CONNECT or cfg.job.connect is None:
+        return
+    url = configured_url(cfg)
+    if url is not None and not port_open(url, timeout=CONNECT_TIMEOUT):
+        key = "job.connect.url" if cfg.job.connect.url else f"job.connect.conn_id {cfg.job.connect.conn_id!r}"
+        raise KappaConfigError(
+            f"{key}: the Spark Connect server {redact_url(url)} accepts no connection (TCP, {CONNECT_TIMEOUT:g}s); "
+            "expected a running Spark Connect server at that host:port; start it, fix the address, or remove "
+            "job.connect to let kappa start a local server"
+        )
 
 
 def check_slice_count(bf: Backfill, max_slices: int = MAX_SLICES) -> int:
@@ -131,7 +162,8 @@ def check_application(cfg: JobConfig) -> Path:
     """The job's application file, checked to exist before a backfill writes anything.
 
     :param cfg: the job config.
-    :raises KappaConfigError: ``job.application`` is not an existing file.
+    :raises KappaConfigError: ``job.application`` is not an existing file, or does not compile
+        (naming the file, the line and the error).
     """
     app = cfg.job.application
     if not app.is_file():
@@ -140,14 +172,31 @@ def check_application(cfg: JobConfig) -> Path:
             f"job.application: {str(app)!r} {what}; expected the job's Python file "
             f"(a relative path is resolved against {str(cfg.path.parent)!r})"
         )
+    try:
+        compile(app.read_bytes(), str(app), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:  # ValueError: null bytes (older Pythons)
+        where = f"line {e.lineno}" if isinstance(e, SyntaxError) and e.lineno else "its source"
+        what = e.msg if isinstance(e, SyntaxError) else str(e)
+        raise KappaConfigError(
+            f"job.application: {str(app)!r} does not compile: {what} at {where} of {str(app)!r}; "
+            "expected the job's Python file, free of syntax errors"
+        ) from e
     return app
 
 
-def check_tables(cfg: JobConfig, sources: Sequence[str], catalog_for: CatalogFor, *, sinks: bool = True) -> None:
+def check_tables(
+    cfg: JobConfig,
+    sources: Sequence[str],
+    catalog_for: CatalogFor,
+    *,
+    sinks: bool = True,
+    window: tuple[datetime, datetime] | None = None,
+) -> None:
     """Refuse a backfill whose tables are not there, before it writes anything (no tag, no
     checkpoint, no staging table): every source read must be an existing table whose ingestion
     column is a ``timestamptz`` (or ``timestamp``), and every sink's target an existing table
-    whose ``time_column`` is a ``timestamptz``, ``timestamp`` or ``date``.
+    whose ``time_column`` is a ``timestamptz``, ``timestamp`` or ``date``; ``window`` must cover
+    whole units of each ``time_column`` (:func:`check_whole_units`).
 
     Opening the catalogs also proves they can be reached.
 
@@ -155,7 +204,9 @@ def check_tables(cfg: JobConfig, sources: Sequence[str], catalog_for: CatalogFor
     :param sources: job source names the backfill reads (``BackfillParams.sources``).
     :param catalog_for: opens a catalog of the job by name (``Backfill.catalog_for``).
     :param sinks: check the sinks' target tables too (``kappa plan`` reads only the sources).
-    :raises KappaConfigError: a catalog that cannot be loaded (from ``catalog_for``).
+    :param window: the backfill's ``[start, end)``, checked against each sink's ``time_column``.
+    :raises KappaConfigError: a catalog that cannot be loaded (from ``catalog_for``), a window of
+        part of a unit of a ``time_column``.
     :raises KappaSourceError: a missing source table, or a missing/non-timestamp ingestion column.
     :raises KappaSinkError: a missing target table, or a missing/non-time ``time_column``.
     """
@@ -187,9 +238,73 @@ def check_tables(cfg: JobConfig, sources: Sequence[str], catalog_for: CatalogFor
                 f"sink {name}: time_column {sink.time_column!r} of {sink.table!r} has type {ftype}; "
                 "expected timestamptz, timestamp or date"
             )
+        if window is not None and isinstance(ftype, DateType):
+            check_whole_units(name, sink, "date", timedelta(days=1), window)
+
+
+def check_whole_units(
+    name: str, sink: IcebergSinkConfig, type_name: str, unit: timedelta, window: tuple[datetime, datetime]
+) -> None:
+    """Refuse a window that does not cover whole units of a sink's ``time_column`` (a ``date``
+    column: whole UTC days): publish would delete every row of each unit it touches (the window
+    filter compares dates) but stage only the part of it in the window, losing the rest.
+
+    :param name: the sink.
+    :param sink: its config.
+    :param type_name: the column's Iceberg type, for the message.
+    :param unit: the column's unit (aligned on the Unix epoch, UTC).
+    :param window: ``[start, end)``, aware.
+    :raises KappaConfigError: naming the sink, the column, its unit, the window and the nearest
+        window of whole units that covers it.
+    """
+    start, end = (t.astimezone(timezone.utc) for t in window)
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    lo = epoch + (start - epoch) // unit * unit
+    hi = epoch - (epoch - end) // unit * unit
+    if (lo, hi) == (start, end):
+        return
+    whole = "whole UTC days" if unit == timedelta(days=1) else f"whole units of {unit}"
+    raise KappaConfigError(
+        f"sink {name}: the backfill window [{start.isoformat()}, {end.isoformat()}) does not cover whole units of its "
+        f"time_column {sink.time_column!r} ({sink.table!r}, type {type_name}: its unit is one UTC day); a publish "
+        f"would replace every row of the days it touches with the rows of part of them. Expected a window of "
+        f"{whole}: the nearest covering it is [{lo.isoformat()}, {hi.isoformat()}) "
+        f"(--start {lo.isoformat()} --end {hi.isoformat()})"
+    )
 
 
 # --------------------------------------------------------------------------- the landed data
+
+
+def check_window_data(bf: Backfill, snapshot_ids: Mapping[str, int] | None = None) -> None:
+    """Refuse a window whose read range holds no source data at all (a window before or after the
+    tables' data): nothing would be staged, and a publish would empty the window. Read-only, from
+    manifests (the same rule as the plan's, :func:`~airflow_provider_kappa.backfill.plan.plan_backfill`).
+
+    :param bf: the backfill.
+    :param snapshot_ids: concrete source name -> pinned snapshot id; default (pre-flight, before
+        the pin): the backfill's tag's snapshot when it exists (a rerun), else the current one. A
+        source without any snapshot is left to the pin, which refuses it.
+    :raises KappaSourceError: naming the window, the range read and each table's data extent.
+    """
+    ids = dict(snapshot_ids) if snapshot_ids is not None else preflight_snapshot_ids(bf)
+    sources = {name: src.name for name, src in bf.sources().items()}
+    if set(sources.values()) <= set(ids):
+        plan_backfill(bf.params, bf.id, ids, sources, spans_loader(bf, ids))
+
+
+def preflight_snapshot_ids(bf: Backfill) -> dict[str, int]:
+    """Concrete source name -> the snapshot a backfill would pin: its tag's (a rerun), else the
+    current one; a source table without any snapshot is left out. Reads only."""
+    out: dict[str, int] = {}
+    for src in {s.name: s for s in bf.sources().values()}.values():
+        table = load_table(bf.catalog_for(src.catalog), src.table)
+        ref = table.metadata.refs.get(bf.tag)
+        current = table.current_snapshot()
+        snapshot_id = ref.snapshot_id if ref is not None else (current.snapshot_id if current else None)
+        if snapshot_id is not None:
+            out[src.name] = int(snapshot_id)
+    return out
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ folder and the last update of its staging tables. A published backfill is so age
 publish; one that did not publish (failed, dry run, ``--no-publish``) from its last slice run.
 
 **Kept**: a backfill holding a lock on a target (it may still publish: release the lock first),
-one whose kappa-owned Spark Connect server still runs, the ids the caller asks to keep, and any
+one whose kappa-owned Spark Connect server still runs, one running (its heartbeat, touched by
+every step, is younger than :data:`LIVENESS` and newer than its publish commit: on either
+engine, in dry runs too), the ids the caller asks to keep, and any
 backfill younger than the retention (``job.retention``, 7 days by default; ``0s`` removes every
 other backfill at once).
 
@@ -49,11 +51,17 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_kappa.backfill.backfill import tag_name
 from airflow_provider_kappa.backfill.lock import lock_property, read_locks
 from airflow_provider_kappa.backfill.params import human_duration
-from airflow_provider_kappa.backfill.snapshot import TAG_ATTEMPTS, retry_commit
+from airflow_provider_kappa.backfill.snapshot import TAG_ATTEMPTS, remove_tag
 from airflow_provider_kappa.engine.connect_server import read_state
 from airflow_provider_kappa.exceptions import KappaSinkError
 from airflow_provider_kappa.job.catalogs import CatalogFor, job_catalogs
-from airflow_provider_kappa.job.checkpoints import backfill_root, backfills_folder, connect_state_path
+from airflow_provider_kappa.job.checkpoints import (
+    HEARTBEAT_EVERY,
+    CheckpointStore,
+    backfill_root,
+    backfills_folder,
+    connect_state_path,
+)
 from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig
 from airflow_provider_kappa.spark.staging import drop_staging, staging_backfills
 from airflow_provider_kappa.spark.storage import filesystem
@@ -65,6 +73,11 @@ log = logging.getLogger(__name__)
 
 #: Snapshot summary key publish stamps with the backfill id (``backfill/finish.py``).
 BACKFILL_ID_SUMMARY = "kappa.backfill-id"
+#: a backfill whose heartbeat is younger than this is running and kept, whatever the retention
+#: (its steps touch the heartbeat every :data:`~airflow_provider_kappa.job.checkpoints.HEARTBEAT_EVERY`
+#: seconds at most while they run)
+LIVENESS = timedelta(minutes=5)
+assert LIVENESS.total_seconds() >= 4 * HEARTBEAT_EVERY
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,7 @@ class Leftovers:
     :param published_at: its last publish commit, if a target still has that snapshot.
     :param last_activity: the latest time it did anything (see the module docstring).
     :param running: why it looks running (its Spark Connect server), or ``None``.
+    :param heartbeat: when it last touched its heartbeat, if ever.
     """
 
     backfill_id: str
@@ -91,6 +105,7 @@ class Leftovers:
     published_at: datetime | None = None
     last_activity: datetime | None = None
     running: str | None = None
+    heartbeat: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -242,8 +257,20 @@ def find_leftovers(cfg: JobConfig, catalog_for: CatalogFor | None = None) -> lis
         state = read_state(connect_state_path(root, backfill_id))
         running = f"its Spark Connect server (pid {state.pid}) runs" if state is not None and state.running() else None
         times = activity.get(backfill_id) or []
-        out.append(replace(lo, last_activity=max(times) if times else None, running=running))
+        beat = CheckpointStore(lo.checkpoint).heartbeat() if lo.checkpoint is not None else None
+        out.append(replace(lo, last_activity=max(times) if times else None, running=running, heartbeat=beat))
     return out
+
+
+def alive(lo: Leftovers, now: datetime) -> str | None:
+    """``running: heartbeat 12s ago`` when ``lo``'s heartbeat is younger than :data:`LIVENESS` and
+    newer than its publish commit (publish touches it before committing: a heartbeat older than
+    the commit is of a run that finished), else ``None``."""
+    beat = lo.heartbeat
+    if beat is None or (lo.published_at is not None and beat <= lo.published_at) or now - beat >= LIVENESS:
+        return None
+    seconds = max(0, int((now - beat).total_seconds()))
+    return f"running: heartbeat {seconds}s ago (younger than {human_duration(LIVENESS)})"
 
 
 # --------------------------------------------------------------------------- deciding
@@ -272,6 +299,8 @@ def decide(
             decision = CleanupDecision(lo, False, f"holds the lock on {', '.join(lo.locks)}; {hint}", age)
         elif lo.running:
             decision = CleanupDecision(lo, False, f"running: {lo.running}", age)
+        elif (beating := alive(lo, moment)) is not None:
+            decision = CleanupDecision(lo, False, beating, age)
         elif keep and lo.backfill_id in keep:
             decision = CleanupDecision(lo, False, keep[lo.backfill_id], age)
         elif age is None:
@@ -285,25 +314,6 @@ def decide(
 
 
 # --------------------------------------------------------------------------- removing
-
-
-def remove_tag(table: Table, name: str) -> bool:
-    """Remove the tag ``name`` of ``table`` (pyiceberg ``ManageSnapshots.remove_tag``); a tag
-    removed concurrently by another process is not an error.
-
-    :param table: the source table.
-    :param name: the tag.
-    :return: whether this call removed it.
-    :raises KappaCatalogConflictError: the commit kept conflicting with other writers.
-    """
-
-    def step() -> bool:
-        if name not in table.metadata.refs:
-            return False
-        table.manage_snapshots().remove_tag(name).commit()
-        return True
-
-    return retry_commit(f"tag {name!r} of {'.'.join(table.name())!r}", step, table, "run the cleanup again")
 
 
 def _delete_folder(uri: str) -> None:
@@ -336,18 +346,27 @@ def _drop_staging(catalog: Any, target: str, backfill_id: str, namespace: str) -
     raise AssertionError("unreachable")
 
 
-def remove(cfg: JobConfig, leftovers: Leftovers, catalog_for: CatalogFor | None = None) -> str | None:
+def remove(
+    cfg: JobConfig, leftovers: Leftovers, catalog_for: CatalogFor | None = None, *, now: datetime | None = None
+) -> str | None:
     """Remove one backfill's leftovers: staging tables (keeping files a target references), tags,
-    checkpoint folder. Checks its lock again first (a rerun of it may have taken one since).
+    checkpoint folder. Checks its heartbeat and its lock again first (a rerun of it may have
+    started or taken one since).
 
     :param cfg: the job config.
     :param leftovers: from :func:`find_leftovers`.
     :param catalog_for: opens a catalog of the job by name.
+    :param now: the current time (default: now, UTC).
     :return: ``None`` when removed, else why it was kept after all.
     """
 
     catalog_for = catalog_for or job_catalogs(cfg)
     backfill_id = leftovers.backfill_id
+    if leftovers.checkpoint is not None:
+        beat = CheckpointStore(leftovers.checkpoint).heartbeat()
+        beating = alive(replace(leftovers, heartbeat=beat), now or datetime.now(timezone.utc))
+        if beating is not None:
+            return f"{beating}, since the listing"
     for catalog_name, target in sorted({(s.catalog, s.table) for s in cfg.sinks.values()}):
         table = _load(catalog_for(catalog_name), target)
         if table is not None and lock_property(backfill_id) in table.properties:
@@ -398,7 +417,7 @@ def cleanup(
     out = []
     for decision in decisions:
         if decision.remove:
-            kept = remove(cfg, decision.leftovers, catalog_for)
+            kept = remove(cfg, decision.leftovers, catalog_for, now=now)
             if kept is not None:
                 decision = replace(decision, remove=False, reason=kept)
         out.append(decision)

@@ -469,6 +469,7 @@ def publish(bf: Backfill, plan: BackfillPlan) -> dict[str, PublishResult]:
     :raises KappaConcurrencyError: another backfill holds an overlapping window of a target.
     """
 
+    bf.store().touch_heartbeat()  # running: cleanup keeps it (until its publish commit, which is newer)
     p = bf.params
     end = closed_end(bf, pinned(plan))  # allow_open_end: only what the landed data closes
     results: dict[str, PublishResult] = {}

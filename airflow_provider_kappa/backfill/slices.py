@@ -86,6 +86,12 @@ def run_slice(
             "re-plan after changing parameters"
         )
     engine = engine or slice_engine(bf, spark_conn_id=spark_conn_id, submit_fn=submit_fn, connect_url=connect_url)
+    with bf.store().beating():  # running: cleanup keeps it (touched at the start, every 30 s, at the end)
+        return _run_slice(bf, sp, engine, extra_conf)
+
+
+def _run_slice(bf: Backfill, sp: SlicePlan, engine: Engine, extra_conf: Mapping[str, str] | None) -> dict[str, Any]:
+    """:func:`run_slice` once its engine is chosen and its heartbeat beats."""
     store = bf.store()
     nxt = next_slice_id(sp)
     engine.before_attempt(sp.slice_id)

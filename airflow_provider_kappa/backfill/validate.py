@@ -496,6 +496,7 @@ def validate(bf: Backfill, plan: BackfillPlan) -> dict[str, ValidationReport]:
     :param plan: the plan whose slices staged the rows.
     :returns: sink name -> report.
     """
+    bf.store().touch_heartbeat()  # running: cleanup keeps it
     end = closed_end(bf, pinned(plan))  # the part of the window published (see publish)
     reports = {
         name: validate_window(

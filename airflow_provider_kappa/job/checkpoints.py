@@ -34,6 +34,9 @@
 - ``plans/<slice_id>/<source>.json``: the file list of each source for the slice's read range,
   written by the launcher before each run and read by the slice's ``kappa_iceberg`` readers
   (``spark/source/file_list.py``).
+- ``heartbeat``: touched by every step of a running backfill (snapshot, each slice at its start,
+  every :data:`HEARTBEAT_EVERY` while it runs and at its end, validate, publish), on either engine
+  and in dry runs: cleanup keeps a backfill whose heartbeat is recent (:meth:`CheckpointStore.heartbeat`).
 
 Any filesystem pyarrow knows (local paths, ``file://``, ``s3://``, ``gs://``, ``hdfs://``) works.
 """
@@ -41,9 +44,14 @@ Any filesystem pyarrow knows (local paths, ``file://``, ``s3://``, ``gs://``, ``
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +61,13 @@ from airflow_provider_kappa.spark.storage import filesystem, read_text, write_te
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
 
+log = logging.getLogger(__name__)
+
 MARKER = "_KAPPA_BOUNDARY"
+#: the file a running backfill touches (:meth:`CheckpointStore.touch_heartbeat`)
+HEARTBEAT = "heartbeat"
+#: seconds between two touches of the heartbeat while a slice runs (:meth:`CheckpointStore.beating`)
+HEARTBEAT_EVERY = 30.0
 _EPOCH = re.compile(r"(\d+)-[0-9a-f]+")
 
 
@@ -152,6 +166,46 @@ class CheckpointStore:
     def progress_file(self, slice_id: str) -> str:
         """Where the Spark progress records of a slice's last run are kept."""
         return f"{self.root}/progress/{slice_id}.jsonl"
+
+    def heartbeat_file(self) -> str:
+        """``heartbeat``: touched by every step of the backfill while it runs."""
+        return f"{self.root}/{HEARTBEAT}"
+
+    # heartbeat ----------------------------------------------------------------------------
+
+    def touch_heartbeat(self) -> None:
+        """Say the backfill is running: (re)write :meth:`heartbeat_file` with the current time."""
+        self._write(self.heartbeat_file(), datetime.now(timezone.utc).isoformat())
+
+    def heartbeat(self) -> datetime | None:
+        """When the backfill last touched its heartbeat (the file's modification time), ``None`` if never."""
+        fs, _ = self._fs()
+        mtime = fs.get_file_info(self._local(self.heartbeat_file())).mtime
+        return None if mtime is None else mtime.astimezone(timezone.utc)
+
+    @contextmanager
+    def beating(self, every: float = HEARTBEAT_EVERY) -> Iterator[None]:
+        """Touch the heartbeat now, every ``every`` seconds from a daemon thread while the block
+        runs (a slice may run long), and when it ends. A touch the thread cannot make is logged
+        (the run goes on; the next touch tries again)."""
+        self.touch_heartbeat()
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(every):
+                try:
+                    self.touch_heartbeat()
+                except OSError as e:
+                    log.warning("backfill folder %s: heartbeat not touched (%s); retrying in %ss", self.root, e, every)
+
+        thread = threading.Thread(target=beat, name="kappa-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.touch_heartbeat()
 
     # primitives ---------------------------------------------------------------------------
 

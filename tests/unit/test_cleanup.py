@@ -362,3 +362,77 @@ def test_a_backfill_whose_spark_connect_server_runs_is_kept(catalog: Any, lake: 
     )  # a reused pid
     assert [d.remove for d in cleanup(cfg, older_than=timedelta(0))] == [True]
     assert not Path(root).exists() and staging_backfills(catalog, TARGET) == {}
+
+
+# --------------------------------------------------------------------------- a running backfill (issue 25 item 3)
+
+
+def test_a_fresh_heartbeat_keeps_a_running_backfill_even_at_older_than_0s(
+    catalog: Any, lake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_kappa.job.checkpoints import CheckpointStore
+
+    monkeypatch.setenv("COLUMNS", "400")  # the listing's table on one line per backfill
+
+    leave_backfill(catalog, lake, "bf_running")  # a dry run on either engine: no lock, no publish
+    cfg = load_config(lake)
+    folder = Path(backfill_root(cfg.job.checkpoint_root, cfg.job.name, "bf_running"))
+    CheckpointStore(str(folder)).touch_heartbeat()
+
+    assert main(["cleanup", "--config", str(lake), "--older-than", "0s"]) == 0
+    out = capsys.readouterr().out
+    assert "bf_running" in out and "running: heartbeat" in out and "s ago" in out, out
+    decisions = cleanup(cfg, older_than=timedelta(0))
+    assert [(d.leftovers.backfill_id, d.remove) for d in decisions] == [("bf_running", False)]
+    assert decisions[0].reason.startswith("running: heartbeat ") and "5min" in decisions[0].reason
+    assert folder.is_dir() and (folder / "done" / "s0000.json").is_file()
+    assert staging_backfills(catalog, TARGET) != {}
+    assert tag_name("bf_running") in catalog.load_table(SOURCE).metadata.refs
+
+
+def test_a_stale_heartbeat_lets_the_backfill_go(catalog: Any, lake: Path) -> None:
+    import os
+
+    from airflow_provider_kappa.backfill.cleanup import LIVENESS
+    from airflow_provider_kappa.job.checkpoints import CheckpointStore
+
+    leave_backfill(catalog, lake, "bf_stale")
+    cfg = load_config(lake)
+    folder = Path(backfill_root(cfg.job.checkpoint_root, cfg.job.name, "bf_stale"))
+    store = CheckpointStore(str(folder))
+    store.touch_heartbeat()
+    stale = (datetime.now(timezone.utc) - LIVENESS - timedelta(seconds=5)).timestamp()
+    os.utime(store.heartbeat_file(), (stale, stale))
+
+    decisions = cleanup(cfg, older_than=timedelta(0))
+    assert [(d.leftovers.backfill_id, d.remove) for d in decisions] == [("bf_stale", True)]
+    assert not folder.exists() and staging_backfills(catalog, TARGET) == {}
+    assert tag_name("bf_stale") not in catalog.load_table(SOURCE).metadata.refs
+
+
+def test_a_heartbeat_older_than_the_publish_is_of_a_finished_run(catalog: Any, lake: Path) -> None:
+    """Publish touches the heartbeat before its commit: the DAG's cleanup task, right after it, removes the run."""
+    from airflow_provider_kappa.job.checkpoints import CheckpointStore
+
+    cfg = load_config(lake)
+    folder = Path(backfill_root(cfg.job.checkpoint_root, cfg.job.name, "bf_done"))
+    CheckpointStore(str(folder)).touch_heartbeat()
+    leave_backfill(catalog, lake, "bf_done", publish=True)
+
+    decisions = cleanup(cfg, older_than=timedelta(0))
+    assert [(d.leftovers.backfill_id, d.remove) for d in decisions] == [("bf_done", True)]
+    assert not folder.exists()
+
+
+def test_a_slice_beats_while_it_runs(tmp_path: Path) -> None:
+    import time
+
+    from airflow_provider_kappa.job.checkpoints import CheckpointStore
+
+    store = CheckpointStore(str(tmp_path / "bf"))
+    assert store.heartbeat() is None
+    with store.beating(every=0.05):
+        first = store.heartbeat()
+        time.sleep(0.3)
+        assert store.heartbeat() > first  # type: ignore[operator]
+    assert store.heartbeat() is not None and Path(store.heartbeat_file()).is_file()
