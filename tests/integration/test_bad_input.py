@@ -171,7 +171,7 @@ CASES: list[tuple[str, Edit | None, Callable[[Any], None] | None, list[str], str
         put("catalogs.lake.uri", lambda f: f"sqlite:///{f}/no-such-dir/catalog.db"),
         None,
         [],
-        "catalog 'lake' cannot be loaded: OperationalError: (sqlite3.OperationalError) unable to open database file",
+        "catalog 'lake': sqlite file '{folder}/no-such-dir/catalog.db' does not exist (uri of a type: sql catalog)",
     ),
     (
         "threshold-larger-than-slice",
