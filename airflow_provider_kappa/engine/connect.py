@@ -1,6 +1,6 @@
 """The Spark Connect engine (``job.engine: connect``): slices as client sessions of one server.
 
-- :class:`ConnectEngine`: the engine (start and warm a kappa-owned server, run a slice as a
+- :class:`ConnectEngine`: the engine (start a kappa-owned server, run a slice as a
   session, release a previous attempt's session, stop). Where the server comes from, and the
   server kappa owns, are :mod:`~airflow_provider_kappa.engine.connect_server`'s.
 - :func:`run_application` runs the job's unchanged application once as a session
@@ -293,9 +293,11 @@ class ConnectEngine(Engine):
 
     The server: ``url`` when given, else ``job.connect``'s (:func:`configured_url`), else the
     kappa-owned server recorded in ``state_file`` (restarted there if it is gone). :meth:`start`
-    starts that owned server and warms it with a tiny query, so the first slice does not pay for
-    the JVM's start; without it (an Airflow slice task whose setup task started the server) a slice
-    finding no server at all starts one for itself alone, a Spark start per slice.
+    starts that owned server (``kappa backfill`` calls it while the snapshot and the plan run);
+    without it (an Airflow slice task whose setup task started the server) a slice finding no server
+    at all starts one for itself alone, a Spark start per slice. The server is not warmed with a
+    query before the first slice: measured, a warm-up query from a client process cost more wall
+    time than it took off the first slice (benchmarks/README.md).
 
     :param cfg: the job config.
     :param state_file: the state file of the server kappa owns for this backfill
@@ -329,7 +331,7 @@ class ConnectEngine(Engine):
 
     def start(self) -> None:
         """Start the kappa-owned local server unless a server is given (``url``, ``job.connect``)
-        or already running, then warm it; idempotent."""
+        or already running; idempotent."""
         if self.url or configured_url(self.cfg) or self._owned is not None:
             return
         state = read_state(self.state_file)
@@ -339,7 +341,6 @@ class ConnectEngine(Engine):
             self.cfg, self.state_file.parent, state_file=self.state_file, die_with_parent=True
         )
         self._owned.start()
-        warm(self._owned.url, token=self._owned.token)
 
     @property
     def owned_server(self) -> LocalConnectServer | None:
@@ -415,31 +416,3 @@ class ConnectEngine(Engine):
             request.slice_id, request.epoch, None
         )  # released: nothing for the next attempt to stop
         return progress
-
-
-def warm(url: str, timeout: float = 120.0, *, token: str | None = None) -> None:
-    """Run a tiny query with a Python UDF on the server at ``url`` (a runner child), so its JVM's
-    first query, code generation and Python worker start are paid before the first slice. A failed
-    warm-up is logged, not raised: the first slice then pays for it, and says why if it fails too.
-
-    :param url: the server's ``sc://`` URL.
-    :param timeout: seconds to wait for the query.
-    :param token: the token of a kappa-owned server (given to the runner by environment).
-    """
-    began = time.monotonic()
-    env = client_env(url, token)
-    cmd = [sys.executable, "-m", RUNNER_MODULE, "--warm"]
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        log.warning("Spark Connect server %s: warm-up query not done within %.0fs", redact_url(url), timeout)
-        return
-    if done.returncode != 0:
-        log.warning(
-            "Spark Connect server %s: warm-up query failed (exit code %d): %s",
-            redact_url(url),
-            done.returncode,
-            " ".join((done.stdout + done.stderr).strip().splitlines()[-3:]),
-        )
-        return
-    log.info("Spark Connect server %s warmed in %.1fs", redact_url(url), time.monotonic() - began)

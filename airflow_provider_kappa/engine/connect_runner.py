@@ -2,9 +2,6 @@
 
 ``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --conf-file F --progress-file P APP [ARGS...]``
 
-``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --warm``: a tiny query with a
-Python UDF in a new session, released after (warms a server before the first slice).
-
 ``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --stop-session``: reattach to the
 session named by the URL's ``session_id`` parameter, stop its streaming queries, interrupt its
 operations and release it (a killed runner left them running in the server); exit 0, also when
@@ -136,7 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--remote", default=os.environ.get("SPARK_REMOTE"), help="sc://host:port (default $SPARK_REMOTE)"
     )
     parser.add_argument("--stop-session", action="store_true", help="end the URL's session_id session and exit")
-    parser.add_argument("--warm", action="store_true", help="run a tiny query with a Python UDF and exit")
     parser.add_argument("--conf-file", type=Path)
     parser.add_argument("--progress-file", type=Path)
     parser.add_argument("application", type=Path, nargs="?")
@@ -148,8 +144,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ";session_id=" not in args.remote:
             parser.error("--stop-session: the URL has no session_id parameter")
         return stop_session(args.remote)
-    if args.warm:
-        return warm(args.remote)
     if args.conf_file is None or args.progress_file is None or args.application is None:
         parser.error("--conf-file, --progress-file and the application are required")
     if not args.application.is_file():
@@ -205,24 +199,6 @@ def stop_session(remote: str) -> int:
         spark.interruptAll()
     finally:
         spark.stop()  # releases the session on the server
-    return 0
-
-
-def warm(remote: str) -> int:
-    """Run a tiny aggregation with a Python UDF in a new session of ``remote``, then release the
-    session: the server's first query planning, code generation and Python worker start are paid
-    here, before the first slice."""
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F  # noqa: N812 - pyspark's convention
-
-    spark = SparkSession.builder.remote(remote).create()
-    try:
-        plus_one = F.udf(lambda v: v + 1, "long")
-        spark.range(0, 1000, numPartitions=2).select(plus_one("id").alias("v")).groupBy(
-            (F.col("v") % 7).alias("k")
-        ).count().collect()
-    finally:
-        spark.stop()
     return 0
 
 

@@ -13,10 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kappa.engine.connect import run_application, warm
+from airflow_provider_kappa.engine.connect import run_application
 from airflow_provider_kappa.engine.connect_server import TOKEN_ENV, LocalConnectServer, read_state
 
-RUNNER = "airflow_provider_kappa.engine.connect_runner"
+#: What another local process would run: a plain pyspark Connect client with a Python UDF.
+CLIENT = """
+from pyspark.sql import SparkSession, functions as F
+spark = SparkSession.builder.create()
+plus_one = F.udf(lambda v: v + 1, "long")
+print("sum", spark.range(0, 10).select(plus_one("id").alias("v")).groupBy().sum("v").collect()[0][0])
+spark.stop()
+"""
 
 APP = """
 from pyspark.sql import SparkSession
@@ -25,13 +32,13 @@ print("rows", spark.range(3).count(), spark.conf.get("spark.kappa.job"))
 """
 
 
-def warm_up(url: str, token: str | None) -> subprocess.CompletedProcess[str]:
-    """The runner's ``--warm`` (a session and a Python UDF) as another local process would run it."""
+def client(url: str, token: str | None) -> subprocess.CompletedProcess[str]:
+    """A session and a Python UDF on the server at ``url``, from another local process."""
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     env["SPARK_REMOTE"] = url
     if token is not None:
         env[TOKEN_ENV] = token
-    cmd = [sys.executable, "-m", RUNNER, "--warm"]
+    cmd = [sys.executable, "-c", CLIENT]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
 
 
@@ -49,14 +56,15 @@ def test_the_owned_server_refuses_a_client_without_its_token(tmp_path: Path, cap
         assert token not in cmdline
         # another local process: without the token, or with a wrong one, refused
         for wrong in (None, "not-the-token"):
-            refused = warm_up(server.url, wrong)
+            refused = client(server.url, wrong)
             assert refused.returncode != 0, refused.stdout + refused.stderr
             assert "UNAUTHENTICATED" in refused.stderr or "Invalid authentication" in refused.stderr, refused.stderr[
                 -2000:
             ]
-        # kappa's own clients: the runner, given the token by environment
-        done = warm_up(server.url, token)
-        assert done.returncode == 0, done.stdout + done.stderr
+        # a client given the token by environment works (sum of 1..10)
+        done = client(server.url, token)
+        assert done.returncode == 0 and "sum 55" in done.stdout, done.stdout + done.stderr
+        # kappa's own client: the runner, given the token by environment
         (tmp_path / "app.py").write_text(APP)
         work = tmp_path / "run"
         run_application(
@@ -68,9 +76,8 @@ def test_the_owned_server_refuses_a_client_without_its_token(tmp_path: Path, cap
             owned=True,
             token=token,
         )
-        warm(server.url, token=token)
         logged = "\n".join(r.getMessage() for r in caplog.records)
-        assert "rows 3 t" in logged and "warmed in" in logged and token not in logged
+        assert "rows 3 t" in logged and token not in logged
         assert token not in server.log_file.read_text(errors="replace")
         assert not [p for p in work.rglob("*") if p.is_file() and token in p.read_text(errors="replace")]
     assert not server.state_file.exists()
