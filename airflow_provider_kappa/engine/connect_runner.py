@@ -44,6 +44,11 @@ from airflow_provider_kappa.spark.conf_keys import PREFIX
 
 #: How long to wait, after the job returns, for the listener to receive the last events.
 DRAIN_SECONDS = 30.0
+#: After SIGTERM (a killed task, or the launcher's death: the parent-death signal), how long the
+#: runner may take to stop its queries and its session before it exits anyway: a server that is gone
+#: would otherwise keep the client retrying for minutes. Below the launcher's own grace (20 s).
+STOP_SECONDS = 15.0
+_STOPPING = threading.Event()
 
 
 class ProgressFile:
@@ -149,11 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.application.is_file():
         parser.error(f"application {str(args.application)!r} does not exist")
     conf = read_conf_file(args.conf_file)
+    # SIGTERM (a killed task) ends like Ctrl-C: the queries and the session are stopped below,
+    # within STOP_SECONDS
+    signal.signal(signal.SIGTERM, _interrupt)
 
     from pyspark.sql import SparkSession
 
-    # SIGTERM (a killed task) ends like Ctrl-C: the queries and the session are stopped below.
-    signal.signal(signal.SIGTERM, _interrupt)
     spark = SparkSession.builder.remote(args.remote).getOrCreate()
     progress = ProgressFile(args.progress_file)
     args.progress_file.touch()
@@ -203,6 +209,14 @@ def stop_session(remote: str) -> int:
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    """The first SIGTERM ends the run like Ctrl-C and gives the stop :data:`STOP_SECONDS`; a second
+    one, or the stop running out of time (its server gone), ends the process at once."""
+    if _STOPPING.is_set():
+        os._exit(128 + signum)
+    _STOPPING.set()
+    deadline = threading.Timer(STOP_SECONDS, os._exit, args=(128 + signum,))
+    deadline.daemon = True
+    deadline.start()
     raise KeyboardInterrupt(f"signal {signum}")
 
 

@@ -43,7 +43,7 @@ def client(url: str, token: str | None) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_owned_server_refuses_a_client_without_its_token(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.INFO, logger="airflow_provider_kappa")  # an earlier CLI test may leave it at WARNING
     server = LocalConnectServer(None, tmp_path / "server", master="local[1]", conf={"spark.ui.enabled": "false"})
     with server:
         token = server.token
