@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_kappa.engine.base import Engine, SliceRunRequest
+from airflow_provider_kappa.engine.connect_runner import GAVE_UP_EXIT
 from airflow_provider_kappa.engine.connect_server import (
     TOKEN_ENV,
     LocalConnectServer,
@@ -106,13 +107,13 @@ def stop_run(
     proc: subprocess.Popen[bytes], url: str, session_id: str, grace: float = 20.0, *, token: str | None = None
 ) -> None:
     """End a runner and its session: SIGTERM (the runner stops its queries and the session), and if
-    it is not gone after ``grace`` seconds, SIGKILL it and release the session from here
-    (:func:`stop_session`)."""
+    it is not gone after ``grace`` seconds, SIGKILL it; either way, unless the runner stopped them
+    itself, release the session from here (:func:`stop_session`)."""
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=grace)
-            return
+            if proc.wait(timeout=grace) != GAVE_UP_EXIT:
+                return
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -237,12 +238,13 @@ def _check_run_ended(
     """
     if gone:
         raise KappaEngineError(f"{name}: the Spark Connect server at {redact_url(url)} went away during the run")
-    if code < 0:  # the runner was killed by a signal: its queries may still run inside the server
+    if code < 0 or code == GAVE_UP_EXIT:  # killed, or gave up its stop: its queries may still run in the server
         try:
             stop_session(url, session_id, token=token)
         except KappaEngineError as e:
+            how = f"was killed by signal {-code}" if code < 0 else "gave up stopping its queries"
             raise KappaEngineError(
-                f"{name}: the Spark Connect runner was killed by signal {-code} and its session {session_id} could not "
+                f"{name}: the Spark Connect runner {how} and its session {session_id} could not "
                 f"be released (its query may still run in the server; the next attempt's epoch refuses its commits): {e}"
             ) from e
     if code != 0:

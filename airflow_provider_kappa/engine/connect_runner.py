@@ -48,6 +48,9 @@ DRAIN_SECONDS = 30.0
 #: runner may take to stop its queries and its session before it exits anyway: a server that is gone
 #: would otherwise keep the client retrying for minutes. Below the launcher's own grace (20 s).
 STOP_SECONDS = 15.0
+#: The exit code of a runner that gave up stopping its queries and session (the deadline, or a second
+#: SIGTERM): its launcher then releases the session itself.
+GAVE_UP_EXIT = 124
 _STOPPING = threading.Event()
 
 
@@ -212,9 +215,9 @@ def _interrupt(signum: int, frame: object) -> None:
     """The first SIGTERM ends the run like Ctrl-C and gives the stop :data:`STOP_SECONDS`; a second
     one, or the stop running out of time (its server gone), ends the process at once."""
     if _STOPPING.is_set():
-        os._exit(128 + signum)
+        os._exit(GAVE_UP_EXIT)
     _STOPPING.set()
-    deadline = threading.Timer(STOP_SECONDS, os._exit, args=(128 + signum,))
+    deadline = threading.Timer(STOP_SECONDS, os._exit, args=(GAVE_UP_EXIT,))
     deadline.daemon = True
     deadline.start()
     raise KeyboardInterrupt(f"signal {signum}")
