@@ -386,50 +386,51 @@ def _job(body: object, path: Path) -> JobSection:
     )
 
 
+def _named(raw: object, section: str, what: str) -> list[tuple[str, Any, str]]:
+    """The entries of a ``catalogs:``/``sources:``/``sinks:`` mapping as ``(name, body, where)``,
+    each name checked."""
+    if not isinstance(raw, dict):
+        raise KappaConfigError(f"{section}: expected a mapping of {what} names, got {raw!r}")
+    out = []
+    for name, body in raw.items():
+        where = f"{section}.{name}"
+        _name(str(name), where)
+        out.append((str(name), body, where))
+    return out
+
+
 def _catalogs(raw: object) -> dict[str, CatalogConfig]:
     """``catalogs:``: each one pyiceberg properties, or ``{conn_id: ...}``."""
     catalogs: dict[str, CatalogConfig] = {}
-    if not isinstance(raw, dict):
-        raise KappaConfigError(f"catalogs: expected a mapping of catalog names, got {raw!r}")
-    for cname, body in raw.items():
-        where = f"catalogs.{cname}"
-        _name(str(cname), where)
+    for cname, body, where in _named(raw, "catalogs", "catalog"):
         if not isinstance(body, dict) or not body:
             raise KappaConfigError(f"{where}: expected pyiceberg properties or {{conn_id: ...}}, got {body!r}")
         if "conn_id" in body:
             sec = _Section(body, where, {"conn_id"})
-            catalogs[str(cname)] = CatalogConfig(str(cname), conn_id=sec.text("conn_id"))
+            catalogs[cname] = CatalogConfig(cname, conn_id=sec.text("conn_id"))
         else:
-            catalogs[str(cname)] = CatalogConfig(str(cname), properties=_props(body, where))
+            catalogs[cname] = CatalogConfig(cname, properties=_props(body, where))
     return catalogs
 
 
 def _sources(raw: object) -> dict[str, SourceConfig]:
     """``sources:``, each checked by :func:`_source` (references are checked once all are read)."""
     sources: dict[str, SourceConfig] = {}
-    if not isinstance(raw, dict):
-        raise KappaConfigError(f"sources: expected a mapping of source names, got {raw!r}")
-    for sname, body in raw.items():
-        where = f"sources.{sname}"
-        _name(str(sname), where)
-        sources[str(sname)] = _source(str(sname), body, where)
+    for sname, body, where in _named(raw, "sources", "source"):
+        sources[sname] = _source(sname, body, where)
     return sources
 
 
 def _sinks(raw: object) -> dict[str, IcebergSinkConfig]:
     """``sinks:``: Iceberg tables, each with the ``time_column`` that decides which rows a window owns."""
     sinks: dict[str, IcebergSinkConfig] = {}
-    if not isinstance(raw, dict):
-        raise KappaConfigError(f"sinks: expected a mapping of sink names, got {raw!r}")
-    for kname, body in raw.items():
-        where = f"sinks.{kname}"
-        _name(str(kname), where)
+    for kname, body, where in _named(raw, "sinks", "sink"):
         sec = _Section(body, where, {"type", "catalog", "table", "time_column"})
         stype = sec.text("type", "iceberg")
         if stype != "iceberg":
             raise KappaConfigError(f"{where}.type: {stype!r} is not a sink type; allowed: ['iceberg']")
-        sinks[str(kname)] = IcebergSinkConfig(
-            name=str(kname), catalog=sec.text("catalog"), table=_table(sec), time_column=sec.text("time_column")
+        sinks[kname] = IcebergSinkConfig(
+            name=kname, catalog=sec.text("catalog"), table=_table(sec), time_column=sec.text("time_column")
         )
     return sinks
 
