@@ -88,6 +88,16 @@ def format_duration(value: timedelta) -> str:
     return f"{micros / 1000:g}ms"
 
 
+def human_duration(value: timedelta) -> str:
+    """Render a duration in the largest whole unit (``1h``, ``15min``, ``90s``, ``0s``), parseable
+    by :func:`parse_duration`."""
+    micros = round(value.total_seconds() * 1_000_000)
+    for unit, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("min", 60_000_000), ("s", 1_000_000)):
+        if micros and micros % size == 0:
+            return f"{micros // size}{unit}"
+    return format_duration(value)
+
+
 def to_micros(ts: datetime) -> int:
     """Microseconds since the Unix epoch of an aware datetime (Iceberg's timestamptz unit)."""
     delta = ts - datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_provider_kappa.backfill.params import human_duration
+from airflow_provider_kappa.backfill.exactness import check_ledger
 from airflow_provider_kappa.backfill.plan import plan_backfill, slice_count, spans_loader
 from airflow_provider_kappa.engine.connect_server import configured_url, port_open, redact_url
 from airflow_provider_kappa.engine.submit_args import check_kubernetes_provider
@@ -33,7 +33,7 @@ from airflow_provider_kappa.spark.catalog import load_table
 from airflow_provider_kappa.spark.source.manifests import table_ingestion_range
 from airflow_provider_kappa.spark.source.snapshots import ingestion_field
 from airflow_provider_kappa.spark.storage import filesystem, write_text
-from airflow_provider_kappa.timeparse import from_micros
+from airflow_provider_kappa.timeparse import from_micros, human_duration
 
 if TYPE_CHECKING:
     from airflow_provider_kappa.backfill.backfill import Backfill
@@ -68,10 +68,12 @@ def check_inputs(
     :raises KappaConfigError: also, for a backfill that runs with engine ``submit`` and no
         ``spark_conn_id``, a Kubernetes ``job.master`` without Airflow's Kubernetes provider; an
         application that does not compile; a window that does not cover whole units of a sink's
-        ``time_column``; for engine ``connect``, a ``job.connect`` server that does not answer.
+        ``time_column``; for engine ``connect``, a ``job.connect`` server that does not answer;
+        ``ledger: true`` without a live ledger (:func:`~airflow_provider_kappa.backfill.exactness.check_ledger`).
     :raises KappaSourceError: also a window outside the sources' data (:func:`check_window_data`).
     """
     check_slice_count(bf, max_slices)
+    check_ledger(bf)
     if runs:
         check_application(bf.cfg)
         if bf.cfg.job.engine == SUBMIT and spark_conn_id is None:  # a connection's master: checked when a slice submits

@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.backfill.backfill import tag_name
 from airflow_provider_kappa.backfill.lock import lock_property, read_locks
-from airflow_provider_kappa.backfill.params import human_duration
 from airflow_provider_kappa.backfill.snapshot import TAG_ATTEMPTS, remove_tag
 from airflow_provider_kappa.engine.connect_server import read_state
 from airflow_provider_kappa.exceptions import KappaSinkError
@@ -65,6 +64,7 @@ from airflow_provider_kappa.job.checkpoints import (
 from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig
 from airflow_provider_kappa.spark.staging import drop_staging, staging_backfills
 from airflow_provider_kappa.spark.storage import filesystem
+from airflow_provider_kappa.timeparse import human_duration
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

@@ -6,7 +6,7 @@ table come :func:`parse_params` (validation, defaults), :meth:`BackfillParams.to
 :func:`backfill_id`'s inputs, :func:`to_argv` (the flags of the ``kappa backfill`` command a
 lock names for its release), :func:`param_schemas` (the Params form), the CLI flags
 (:func:`airflow_provider_kappa.cli.plan.add_backfill_arguments`) and the docs' option lists
-(:func:`options_synopsis`, :func:`params_table`; a unit test checks README.md and
+(:mod:`~airflow_provider_kappa.backfill.params_docs`; a unit test checks README.md and
 docs/airflow.md hold them).
 
 Pure Python (no Airflow, pyspark or pyiceberg): it runs at DAG-parse time (the form's JSON
@@ -26,11 +26,14 @@ from typing import Any, Literal
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.job.config import IcebergSourceConfig, JobConfig
 from airflow_provider_kappa.spark.source.options import DEFAULT_MAX_MISALIGNMENT_THRESHOLD
-from airflow_provider_kappa.timeparse import format_duration, parse_duration, parse_timestamp
+from airflow_provider_kappa.timeparse import human_duration, parse_duration, parse_timestamp
 
 SEQUENTIAL = "sequential"
 PARALLEL = "parallel"
 MODES = (SEQUENTIAL, PARALLEL)
+#: ``ledger``: replay the live ledger when it covers the range read (the default), always, never
+AUTO = "auto"
+LEDGER_CHOICES = (AUTO, "true", "false")
 
 # JSON-schema patterns mirroring timeparse: checked by Airflow when a run is triggered.
 _NUM = r"\d+(\.\d+)?"
@@ -164,6 +167,7 @@ class Param:
         if self.kind == "duration":
             return parse_duration(value, key, allow_zero=self.allow_zero)
         if self.kind == "enum":
+            value = str(value).lower() if isinstance(value, bool) else value  # ledger: true
             if str(value).strip() not in self.choices:
                 raise KappaConfigError(f"{key}: {value!r} is not a {self.name}; allowed: {list(self.choices)}")
             return str(value).strip()
@@ -187,6 +191,8 @@ class Param:
         """The CLI flag (and value) that give ``value``; none for a boolean at its flag's default."""
         if self.kind == "bool":
             return [self.flag] if bool(value) != self.flag.startswith("--no-") else []
+        if value is None:
+            return []
         return [self.flag, ",".join(value) if self.kind == "sources" else str(self.dump(value))]
 
     def schema(self, cfg: JobConfig) -> dict[str, Any]:
@@ -206,7 +212,8 @@ class Param:
         elif self.kind == "enum":
             out.update(type="string", enum=list(self.choices))
         elif self.kind == "number":
-            out.update(type="number", minimum=self.bounds[0], maximum=self.bounds[1])
+            out.update(type=["null", "number"] if self.nullable else "number")
+            out.update(minimum=self.bounds[0], maximum=self.bounds[1])
         else:
             out.update(type="boolean")
         out.update(title=self.label, description=self.description())
@@ -330,8 +337,9 @@ PARAMS: tuple[Param, ...] = (
         "number",
         "Minimum match rate of staged vs current rows; below it, nothing is published",
         lambda cfg, v: cfg.backfill.min_match,
-        "backfill.min_match, else 0",
+        "backfill.min_match, else 100 for a run that replays the ledger and does not publish, else 0",
         "99.9",
+        nullable=True,
         bounds=(0, 100),
         unit="percentage",
         title="Minimum match rate (%)",
@@ -348,12 +356,14 @@ PARAMS: tuple[Param, ...] = (
     Param(
         "ledger",
         "--ledger",
-        "bool",
-        "Replay live's micro-batches from the live ledger kappa run recorded (job.ledger): exact against Kafka-live",
-        lambda cfg, v: False,
-        "false",
+        "enum",
+        "Replay live's micro-batches from the live ledger kappa run recorded (job.ledger), exact against "
+        "Kafka-live: auto when the ledger covers the range read (else aligned, saying why), true always, false never",
+        lambda cfg, v: AUTO,
+        AUTO,
         section="advanced",
         identity="ledger",
+        choices=LEDGER_CHOICES,
         title="Replay live's micro-batches",
     ),
 )
@@ -380,9 +390,9 @@ class BackfillParams:
     mode: str
     dry_run: bool
     publish: bool
-    min_match: float
+    min_match: float | None
     allow_open_end: bool = False
-    ledger: bool = False
+    ledger: str = AUTO
 
     @property
     def read_start(self) -> datetime:
@@ -403,20 +413,18 @@ class BackfillParams:
         """JSON-able form, accepted back by :func:`parse_params`."""
         return {p.name: p.dump(getattr(self, p.name)) for p in PARAMS}
 
+    def min_match_for(self, replays_ledger: bool) -> float:
+        """The publish gate, in percent: ``min_match``; unset, 100 for a run that replays the live
+        ledger and does not publish (a verification: any difference from live is drift), else 0 (a
+        publishing backfill exists to replace output that differs)."""
+        if self.min_match is not None:
+            return self.min_match
+        return 100.0 if replays_ledger and not self.publishes else 0.0
+
 
 BackfillParams.__doc__ = (
     (BackfillParams.__doc__ or "") + "\n" + "\n".join(f"    :param {p.name}: {p.help}." for p in PARAMS)
 )
-
-
-def human_duration(value: timedelta) -> str:
-    """Render a duration in the largest whole unit (``1h``, ``15min``, ``90s``, ``0s``), parseable
-    by :func:`~airflow_provider_kappa.timeparse.parse_duration`."""
-    micros = round(value.total_seconds() * 1_000_000)
-    for unit, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("min", 60_000_000), ("s", 1_000_000)):
-        if micros and micros % size == 0:
-            return f"{micros // size}{unit}"
-    return format_duration(value)
 
 
 def default_max_misalignment_threshold(cfg: JobConfig, sources: list[str] | tuple[str, ...] | None = None) -> timedelta:
@@ -527,7 +535,7 @@ def parse_params(cfg: JobConfig, raw: Mapping[str, Any]) -> BackfillParams:
             f"[start - warmup, end + tail) = {human_duration(read_span)}; use a slice of at most "
             f"{human_duration(read_span)}"
         )
-    if params.ledger and len(cfg.sinks) != 1:
+    if params.ledger == "true" and len(cfg.sinks) != 1:
         raise KappaConfigError(
             f"backfill parameter ledger: true replays the live ledger of the job's query, kept per sink; job "
             f"{cfg.job.name!r} has sinks {sorted(cfg.sinks)}: a job with exactly one sink is needed"
@@ -550,8 +558,8 @@ def backfill_id(cfg: JobConfig, params: BackfillParams) -> str:
     for p in PARAMS:
         if p.identity:
             value = getattr(params, p.name)
-            if p.kind == "bool" and not value:
-                continue  # an option left off keeps the ids backfills had before the option existed
+            if p.name == "ledger" and value == AUTO:
+                continue  # the default keeps the ids backfills had before the option existed
             if p.kind == "duration":
                 identity[p.identity] = value.total_seconds()
             else:
@@ -580,21 +588,3 @@ def param_schemas(cfg: JobConfig) -> dict[str, dict[str, Any]]:
     :param cfg: the job config (its sources and ``backfill:`` defaults).
     """
     return {p.name: p.schema(cfg) for p in PARAMS}
-
-
-def options_synopsis() -> str:
-    """The backfill options as DESIGN.md writes them (``--mode sequential|parallel  --slice 1h  …``)."""
-    parts = []
-    for p in CLI_PARAMS:
-        if not p.required:
-            value = "|".join(p.choices) if p.kind == "enum" else p.example
-            parts.append(f"{p.flag} {value}" if p.takes_value else p.flag)
-    return "  ".join(parts)
-
-
-def params_table() -> str:
-    """The parameters as a Markdown table (docs/airflow.md, the DAG's doc)."""
-    rows = ["| param | CLI flag | what it does | value | default | form section |", "|---|---|---|---|---|---|"]
-    for p in PARAMS:
-        rows.append(f"| `{p.name}` | `{p.flag}` | {p.help} | {p.value_doc()} | {p.default_doc} | {p.section} |")
-    return "\n".join(rows)

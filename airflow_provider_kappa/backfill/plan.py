@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from airflow_provider_kappa.backfill.exactness import Exactness, decide
 from airflow_provider_kappa.backfill.params import PARALLEL, SEQUENTIAL, BackfillParams
 from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.spark.catalog import load_table
@@ -94,6 +95,9 @@ class SlicePlan:
     """Sequential only: a later slice of the plan reads source data, so this slice's run must
     end like a live stream that goes on (without a final no-data micro-batch; see
     :func:`airflow_provider_kappa.engine.launch.slice_conf`)."""
+    ledger_batches: int | None = None
+    """The live batches the slice replays from the live ledger (their trigger times in its read
+    range); ``None``: it does not replay the ledger (micro-batches aligned to the grid)."""
 
     @property
     def rows(self) -> int:
@@ -131,6 +135,7 @@ class SlicePlan:
             "stats": [s.to_dict() for s in self.stats],
             "warnings": list(self.warnings),
             "continued": self.continued,
+            "ledger_batches": self.ledger_batches,
         }
 
     @classmethod
@@ -155,6 +160,7 @@ class SlicePlan:
                 stats=tuple(SourceStats(**s) for s in data.get("stats", [])),
                 warnings=tuple(data.get("warnings", [])),
                 continued=bool(data.get("continued", False)),
+                ledger_batches=None if data.get("ledger_batches") is None else int(data["ledger_batches"]),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise KappaSourceError(f"slice plan: {dict(data)!r} is malformed ({type(e).__name__}: {e})") from e
@@ -168,6 +174,11 @@ class BackfillPlan:
     mode: str
     slices: tuple[SlicePlan, ...]
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    exactness: Exactness | None = None
+    """Live's batches replayed from the ledger, or aligned to the grid (set by the plan step)."""
+    data_last_micros: int | None = field(default=None, compare=False)
+    """The last landed ingestion time in the range read, from manifest statistics (``None``:
+    unknown); not kept in :meth:`to_dict`."""
 
     @property
     def rows(self) -> int:
@@ -185,6 +196,8 @@ class BackfillPlan:
                 + "".join(f"  WARNING {w}" for w in s.warnings)
             )
         lines.extend(f"  WARNING {w}" for w in self.warnings)
+        if self.exactness is not None:
+            lines.append(f"  exactness: {self.exactness.statement}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,17 +207,34 @@ class BackfillPlan:
             "mode": self.mode,
             "slices": [s.to_dict() for s in self.slices],
             "warnings": list(self.warnings),
+            "exactness": None if self.exactness is None else self.exactness.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BackfillPlan:
         """Inverse of :meth:`to_dict`."""
+        exactness = data.get("exactness")
         return cls(
             backfill_id=str(data["backfill_id"]),
             mode=str(data["mode"]),
             slices=tuple(SlicePlan.from_dict(s) for s in data["slices"]),
             warnings=tuple(data.get("warnings", [])),
+            exactness=None if exactness is None else Exactness.from_dict(exactness),
         )
+
+    @property
+    def replays_ledger(self) -> bool:
+        """Whether the slices replay the live ledger (the DAG's tasks get the slices alone)."""
+        return any(s.ledger_batches is not None for s in self.slices)
+
+    @property
+    def exactness_line(self) -> str:
+        """How exact to expect the backfill, in one line (the plan step's statement when known)."""
+        if self.exactness is not None:
+            return self.exactness.statement
+        if self.replays_ledger:
+            return f"live ledger replayed: {sum(s.ledger_batches or 0 for s in self.slices)} live batch(es)"
+        return "micro-batches aligned to the ingestion grid (the live ledger is not replayed)"
 
 
 def aligned_grid(range_start: datetime, range_end: datetime, step: timedelta) -> list[tuple[datetime, datetime]]:
@@ -346,10 +376,7 @@ def plan_backfill(
                 warnings=tuple(warnings),
             )
         )
-    if params.mode == SEQUENTIAL:
-        for i, s in enumerate(slices):
-            later_data = any(t.files > 0 for t in slices[i + 1 :])
-            slices[i] = SlicePlan(**{**s.__dict__, "continued": later_data})
+    _mark_continued(params, slices)
     sized = [s.rows for s in slices if s.rows > 0]
     plan_warnings = []
     if len(sized) >= 2:
@@ -364,13 +391,24 @@ def plan_backfill(
     for name, found in spans.items():
         if not found:
             plan_warnings.append(f"source {name} has no data in the range read")
-    return BackfillPlan(backfill_id=backfill_id, mode=params.mode, slices=tuple(slices), warnings=tuple(plan_warnings))
+    uppers = [x.upper_micros for found in spans.values() for x in found]
+    last = None if None in uppers or not uppers else min(hi_all - 1, max(u for u in uppers if u is not None))
+    return BackfillPlan(backfill_id, params.mode, tuple(slices), tuple(plan_warnings), data_last_micros=last)
+
+
+def _mark_continued(params: BackfillParams, slices: list[SlicePlan]) -> None:
+    """Sequential: mark each slice followed by a slice that runs (see :attr:`SlicePlan.continued`)."""
+    if params.mode == SEQUENTIAL:
+        for i, s in enumerate(slices):
+            later = any(not slice_is_empty(t) for t in slices[i + 1 :])
+            slices[i] = replace(s, continued=later)
 
 
 def slice_is_empty(sp: SlicePlan) -> bool:
     """Whether no source has a data file that may hold rows in ``sp``'s read range (from the
-    plan's manifest statistics; a file without ingestion bounds counts as possibly holding rows)."""
-    return bool(sp.stats) and all(s.files == 0 for s in sp.stats)
+    plan's manifest statistics; a file without ingestion bounds counts as possibly holding rows),
+    and the slice replays no live batch (a no-data batch of live's still closes windows)."""
+    return bool(sp.stats) and all(s.files == 0 for s in sp.stats) and not sp.ledger_batches
 
 
 def staging_tables(bf: Backfill, sink: IcebergSinkConfig, plan: BackfillPlan) -> list[str]:
@@ -404,18 +442,29 @@ def spans_loader(bf: Backfill, snapshot_ids: Mapping[str, int]) -> Callable[[str
     return spans_of
 
 
-def plan(bf: Backfill, snapshot_ids: Mapping[str, int]) -> BackfillPlan:
-    """Cut the backfill into slices and estimate each from manifests (see :mod:`.planner`).
+def plan(bf: Backfill, snapshot_ids: Mapping[str, int], *, pin: bool = False) -> BackfillPlan:
+    """Cut the backfill into slices, estimate each from manifests, and decide whether they replay
+    the live ledger (:func:`~airflow_provider_kappa.backfill.exactness.decide`; then each slice
+    counts the live batches it replays).
 
     :param bf: the backfill.
     :param snapshot_ids: from :func:`~airflow_provider_kappa.backfill.snapshot.snapshot`.
+    :param pin: pin the ledger choice in the backfill's folder (the backfill's plan step; ``kappa
+        plan`` writes nothing).
     """
     sources = {name: src.name for name, src in bf.sources().items()}
     missing = sorted(set(sources.values()) - set(snapshot_ids))
     if missing:
         raise KappaSourceError(f"plan: no pinned snapshot for source(s) {missing}; got {dict(snapshot_ids)}")
     planned = plan_backfill(bf.params, bf.id, snapshot_ids, sources, spans_loader(bf, snapshot_ids))
-    return replace(planned, warnings=planned.warnings + tuple(null_ingestion_warnings(bf, snapshot_ids)))
+    exactness, book = decide(bf, planned.data_last_micros, pin=pin)
+    slices = list(planned.slices)
+    if book is not None:
+        ms = [(to_micros(s.read_start) // 1000, to_micros(s.read_end) // 1000) for s in slices]
+        slices = [replace(s, ledger_batches=book.count(lo, hi)) for s, (lo, hi) in zip(slices, ms)]
+        _mark_continued(bf.params, slices)
+    warnings = planned.warnings + tuple(null_ingestion_warnings(bf, snapshot_ids))
+    return replace(planned, slices=tuple(slices), warnings=warnings, exactness=exactness)
 
 
 def null_ingestion_warnings(bf: Backfill, snapshot_ids: Mapping[str, int]) -> list[str]:

@@ -158,7 +158,7 @@ def _slice_run(bf: Backfill, sp: SlicePlan, checkpoint: str, epoch: str) -> Slic
         sources=bf.params.sources,
         continued=sp.continued,
         epoch=epoch,
-        ledger=bf.cfg.job.ledger if bf.params.ledger else None,
+        ledger=bf.cfg.job.ledger if sp.ledger_batches is not None else None,  # the plan chose (exactness.py)
         file_lists=write_file_lists(bf, sp),
     )
 

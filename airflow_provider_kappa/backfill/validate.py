@@ -539,17 +539,21 @@ def clipped_note(bf: Backfill, end: datetime) -> str:
     )
 
 
-def check_gate(bf: Backfill, reports: Mapping[str, ValidationReport]) -> None:
-    """Refuse to go on when a sink's match rate is below ``min_match``, or when a publish would
-    replace a non-empty window of the target with nothing (say so rather than silently empty it).
+def check_gate(bf: Backfill, plan: BackfillPlan, reports: Mapping[str, ValidationReport]) -> None:
+    """Refuse to go on when a sink's match rate is below ``min_match`` (unset: 100 for a ledger
+    replay that does not publish, :meth:`~airflow_provider_kappa.backfill.params.BackfillParams.min_match_for`),
+    or when a publish would replace a non-empty window of the target with nothing (say so rather
+    than silently empty it).
 
     :param bf: the backfill.
+    :param plan: its plan (whether it replays the live ledger).
     :param reports: from :func:`validate`.
     :raises KappaValidationError: naming the sink and the numbers.
     """
+    min_match = bf.params.min_match_for(plan.replays_ledger)
     for name, report in reports.items():
-        if bf.params.min_match > 0:
-            check_min_match(report, bf.params.min_match)
+        if min_match > 0:
+            check_min_match(report, min_match)
         if report.staged_rows == 0 and report.target_rows > 0:
             raise KappaValidationError(
                 f"sink {name}: the backfill staged no rows for [{report.window_start}, {report.window_end}) but "

@@ -39,8 +39,8 @@ from airflow_provider_kappa.backfill.slices import run_slice, slice_engine
 from airflow_provider_kappa.backfill.snapshot import snapshot
 from airflow_provider_kappa.backfill.summary import summary
 from airflow_provider_kappa.backfill.validate import check_gate, validate
-from airflow_provider_kappa.cli.output import new_console, print_table, say
-from airflow_provider_kappa.cli.plan import add_backfill_arguments, load_backfill, plan_table, print_header
+from airflow_provider_kappa.cli.output import new_console, say
+from airflow_provider_kappa.cli.plan import add_backfill_arguments, load_backfill, print_header, print_plan
 from airflow_provider_kappa.engine.base import Engine
 from airflow_provider_kappa.engine.connect import ConnectEngine
 from airflow_provider_kappa.engine.connect_server import redact_url
@@ -235,10 +235,8 @@ def run(args: argparse.Namespace) -> int:
             snapshot_ids = snapshot(bf)
         say(console, f"  pinned snapshots {snapshot_ids} (tag {bf.tag})")
         with timeline.step("plan"):
-            plan = plan_slices(bf, snapshot_ids)
-        print_table(console, plan_table(plan))
-        for w in plan.warnings:
-            say(console, ("warning:", "yellow"), f" {w}")
+            plan = plan_slices(bf, snapshot_ids, pin=True)
+        print_plan(console, plan)
         try:
             started.result()
         except KappaEngineError as e:
@@ -271,7 +269,7 @@ def finish(
     say(console, f"  report: {bf.store().report_file()}")
     report_dicts = {name: r.to_dict() for name, r in reports.items()}
     try:
-        check_gate(bf, reports)
+        check_gate(bf, plan, reports)
     except KappaValidationError as e:
         say(console, ("not published:", "red"), f" {e}")
         say(console, summary(bf, plan, results, report_dicts))

@@ -18,10 +18,9 @@ from rich.table import Table
 from rich.text import Text
 
 from airflow_provider_kappa.backfill.cleanup import age_text, cleanup
-from airflow_provider_kappa.backfill.params import human_duration
 from airflow_provider_kappa.cli.output import new_console, print_table, say
 from airflow_provider_kappa.job.config import load_config
-from airflow_provider_kappa.timeparse import parse_duration
+from airflow_provider_kappa.timeparse import human_duration, parse_duration
 
 if TYPE_CHECKING:
     from rich.table import Table

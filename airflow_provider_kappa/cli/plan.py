@@ -41,7 +41,8 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
             action = "store_false" if p.flag.startswith("--no-") else "store_true"
             parser.add_argument(p.flag, dest=p.name, action=action, help=p.cli_help())
         elif p.kind == "enum":
-            parser.add_argument(p.flag, dest=p.name, choices=list(p.choices), help=p.cli_help())
+            bare = {"nargs": "?", "const": "true"} if "true" in p.choices else {}  # `--ledger` alone: true
+            parser.add_argument(p.flag, dest=p.name, choices=list(p.choices), help=p.cli_help(), **bare)
         else:
             parser.add_argument(p.flag, dest=p.name, required=p.required, help=p.cli_help())
 
@@ -84,9 +85,12 @@ def plan_table(plan: BackfillPlan) -> Table:
     table.add_column("owns (output, UTC)")
     for name in sources:
         table.add_column(f"{name}\nfiles / ~rows / ~bytes", justify="right")
+    if plan.replays_ledger:
+        table.add_column("live batches\nreplayed", justify="right")
     table.add_column("warnings", style="yellow")
     for s in plan.slices:
         cells = [f"{x.files} / {x.rows} / {_size(x.bytes)}" for x in s.stats]
+        cells += [str(s.ledger_batches or 0)] if plan.replays_ledger else []
         table.add_row(
             Text(s.slice_id),
             f"{s.read_start:%m-%d %H:%M}→{s.read_end:%m-%d %H:%M}",
@@ -105,8 +109,17 @@ def print_header(console: Console, bf: Backfill) -> None:
         console,
         f"  window [{p['start']}, {p['end']}), reads [{bf.params.read_start.isoformat()}, {bf.params.read_end.isoformat()}), "
         f"mode {p['mode']}, slice {p['slice']}, threshold {p['max_misalignment_threshold']}, warmup {p['warmup']}, "
-        f"tail {p['tail']}, sources {','.join(p['sources'])}",
+        f"tail {p['tail']}, ledger {p['ledger']}, sources {','.join(p['sources'])}",
     )
+
+
+def print_plan(console: Console, plan: BackfillPlan) -> None:
+    """The slice table, the plan's warnings and how exact to expect the backfill."""
+    print_table(console, plan_table(plan))
+    for w in plan.warnings:
+        say(console, ("warning:", "yellow"), f" {w}")
+    if plan.exactness is not None:
+        say(console, ("exactness:", "bold"), f" {plan.exactness.statement}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,9 +136,7 @@ def run(args: argparse.Namespace) -> int:
     snapshot_ids = snapshot(bf, tag=False)
     say(console, "  snapshots " + ", ".join(f"{k}={v}" for k, v in snapshot_ids.items()))
     plan = plan_slices(bf, snapshot_ids)
-    print_table(console, plan_table(plan))
-    for w in plan.warnings:
-        say(console, ("warning:", "yellow"), f" {w}")
+    print_plan(console, plan)
     say(console, f"~{plan.rows} rows to read in {len(plan.slices)} slice(s) (estimates from manifest statistics)")
     open_end = open_end_notice(bf, snapshot_ids)
     if open_end:

@@ -14,6 +14,7 @@ from airflow_provider_kappa.demo.live_reference import LiveReference, run_live_r
 from airflow_provider_kappa.demo.options import EXAMPLES
 from airflow_provider_kappa.demo.processes import check_concurrency
 from airflow_provider_kappa.job.config import load_config
+from airflow_provider_kappa.spark.ledger import sink_ledger
 
 
 def micro_batch_limits(topics: dict[str, Topic], spec: LakeSpec) -> dict[str, int]:
@@ -33,7 +34,7 @@ def restamp_ledgers(jobs: tuple[str, ...], topics: dict[str, Topic]) -> None:
     for job in jobs:
         cfg = load_config(EXAMPLES / job / "kappa.yaml")
         for sink in cfg.sinks:
-            restamp_ledger(f"{cfg.job.ledger.rstrip('/')}/{sink}", topics)
+            restamp_ledger(sink_ledger(cfg.job.ledger, sink), topics)
 
 
 def live_references(

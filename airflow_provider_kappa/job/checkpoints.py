@@ -34,6 +34,8 @@
 - ``plans/<slice_id>/<source>.json``: the file list of each source for the slice's read range,
   written by the launcher before each run and read by the slice's ``kappa_iceberg`` readers
   (``spark/source/file_list.py``).
+- ``pinned/<name>.json``: a choice the backfill's first run made and every rerun keeps (``ledger``:
+  whether the slices replay the live ledger; :meth:`CheckpointStore.pin`).
 - ``heartbeat``: touched by every step of a running backfill (snapshot, each slice at its start,
   every :data:`HEARTBEAT_EVERY` while it runs and at its end, validate, publish), on either engine
   and in dry runs: cleanup keeps a backfill whose heartbeat is recent (:meth:`CheckpointStore.heartbeat`).
@@ -170,6 +172,15 @@ class CheckpointStore:
     def heartbeat_file(self) -> str:
         """``heartbeat``: touched by every step of the backfill while it runs."""
         return f"{self.root}/{HEARTBEAT}"
+
+    def pin(self, name: str, value: dict[str, Any]) -> dict[str, Any]:
+        """The choice pinned as ``pinned/<name>.json``: the one an earlier run pinned, else
+        ``value``, pinned now."""
+        path = f"{self.root}/pinned/{name}.json"
+        if self._exists(path):
+            return dict(json.loads(self._read(path)))
+        self._write(path, json.dumps(value))
+        return value
 
     # heartbeat ----------------------------------------------------------------------------
 

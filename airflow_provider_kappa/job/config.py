@@ -101,7 +101,7 @@ class BackfillDefaults:
     warmup: timedelta = timedelta(0)
     tail: timedelta | None = None
     mode: str = "sequential"
-    min_match: float = 0.0
+    min_match: float | None = None  # None: 100 for a ledger replay that does not publish, else 0
 
 
 @dataclass(frozen=True)
@@ -541,8 +541,9 @@ def _backfill_defaults(body: object) -> BackfillDefaults:
     mode = sec.text("mode", "sequential")
     if mode not in ("sequential", "parallel"):
         raise KappaConfigError(f"backfill.mode: {mode!r} is not a mode; allowed: ['sequential', 'parallel']")
-    min_match = sec.data.get("min_match", 0.0)
-    if isinstance(min_match, bool) or not isinstance(min_match, (int, float)) or not 0 <= min_match <= 100:
+    min_match = sec.data.get("min_match")
+    bad = isinstance(min_match, bool) or not isinstance(min_match, (int, float)) or not 0 <= min_match <= 100
+    if min_match is not None and bad:
         raise KappaConfigError(f"backfill.min_match: {min_match!r} must be a percentage between 0 and 100")
     tail = sec.data.get("tail")
     return BackfillDefaults(
@@ -550,7 +551,7 @@ def _backfill_defaults(body: object) -> BackfillDefaults:
         warmup=parse_duration(sec.data.get("warmup", "0s"), "backfill.warmup", allow_zero=True),
         tail=None if tail is None else parse_duration(tail, "backfill.tail", allow_zero=True),
         mode=mode,
-        min_match=float(min_match),
+        min_match=None if min_match is None else float(min_match),
     )
 
 

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_kappa.backfill.cleanup import age_text, cleanup
-from airflow_provider_kappa.backfill.params import human_duration
 from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
-from airflow_provider_kappa.timeparse import parse_duration
+from airflow_provider_kappa.timeparse import human_duration, parse_duration
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -52,7 +52,7 @@ class KappaPlanOperator(KappaBackfillBaseOperator):
                 f"give {bf.id!r}"
             )
         with fail_fast(f"{self.task_id}: plan"):
-            plan = plan_slices(bf, {str(k): int(v) for k, v in self.snapshot["snapshot_ids"].items()})
+            plan = plan_slices(bf, {str(k): int(v) for k, v in self.snapshot["snapshot_ids"].items()}, pin=True)
         self.log.info("%s", plan.to_text())
         for s in plan.slices:
             for w in s.warnings:

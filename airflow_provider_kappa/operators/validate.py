@@ -46,5 +46,5 @@ class KappaValidateOperator(KappaBackfillBaseOperator):
             self.log.info("report: %s", url or bf.store().report_file())
             for name, report in reports.items():
                 self.log.info("sink %s:\n%s", name, report.to_text())
-            check_gate(bf, reports)
+            check_gate(bf, plan, reports)
         return {name: report.to_dict() for name, report in reports.items()}

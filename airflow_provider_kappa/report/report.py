@@ -130,6 +130,7 @@ class BackfillReportPage:
     slice: str
     min_match: float
     publishes: bool
+    exactness: str = ""
     sinks: dict[str, dict[str, Any]] = field(default_factory=dict)
     slices: list[SliceRun] = field(default_factory=list)
     generated: str = ""
@@ -162,6 +163,8 @@ class BackfillReportPage:
             f"<p class='muted'>min_match {self.min_match:g}%; this backfill {gate}. Live is the target table as it "
             "is now (what the backfill replaces); backfill is the staged output of the slices.</p>"
         )
+        if self.exactness:
+            body.append(f"<p class='exactness'>Exactness: {esc(self.exactness)}</p>")
         for name, rep in self.sinks.items():
             body.append(self._sink_section(name, rep))
         body.append(self._slices_section())
@@ -348,8 +351,9 @@ def report_page(
         window_end=p.end.isoformat(),
         mode=p.mode,
         slice=str(p.to_dict()["slice"]),
-        min_match=float(p.min_match),
+        min_match=p.min_match_for(plan.replays_ledger),
         publishes=bool(p.publishes),
+        exactness=plan.exactness_line,
         sinks={name: (dict(r) if isinstance(r, Mapping) else r.to_dict()) for name, r in reports.items()},
         slices=slice_runs(bf.store(), plan),
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),

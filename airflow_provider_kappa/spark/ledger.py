@@ -22,10 +22,12 @@ Pure Python with pyarrow's file systems (any URI ``pyarrow.fs`` knows); no pyspa
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from airflow_provider_kappa.exceptions import KappaSinkError, KappaSourceError
 from airflow_provider_kappa.spark.storage import filesystem, read_text, write_text
@@ -117,6 +119,12 @@ class LedgerEntry:
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise KappaSourceError(f"live ledger entry {where} is not a kappa ledger entry: {e}") from e
+
+
+def sink_ledger(root: str, sink: str) -> str:
+    """``<root>/<sink>``: the ledger of the query writing ``sink`` (a job's live ledger, ``job.ledger``,
+    keeps one per sink: one query each)."""
+    return f"{root.rstrip('/')}/{sink}"
 
 
 def entry_name(end_ms: int, batch_id: int) -> str:
@@ -312,8 +320,48 @@ class Ledger:
         self.keys: list[tuple[int, int, str]] = keys
         self._cache: dict[str, LedgerEntry] = {}
 
+    @classmethod
+    def find(cls, uri: str) -> Ledger | None:
+        """The ledger at ``uri``, or ``None`` when its folder does not exist."""
+        from pyarrow.fs import FileType
+
+        fs, root = filesystem(uri, "live ledger", KappaSourceError)
+        return cls(uri) if fs.get_file_info(root).type == FileType.Directory else None
+
     def __len__(self) -> int:
         return len(self.keys)
+
+    def count(self, start_ms: int, end_ms: int) -> int:
+        """How many entries have their trigger time in ``[start_ms, end_ms)``: the batches a read of
+        that range replays."""
+        ends = [k[0] for k in self.keys]
+        return bisect.bisect_left(ends, end_ms) - bisect.bisect_left(ends, start_ms)
+
+    def gap(self, start_ms: int, end_ms: int, data_last_ms: int | None) -> str | None:
+        """Why replaying this ledger over the ingestion range ``[start_ms, end_ms)`` would not be
+        exact, or ``None`` when live's recorded batches cover it: live ran before the range began (or
+        its first batch read every partition from its first offset), and its last batch ran after the
+        last landed record of the range.
+
+        :param data_last_ms: the last landed ingestion time in the range (``None``: unknown, the
+            range's end counts).
+        """
+        if not self.keys:
+            return f"the live ledger {self.uri} holds no batch"
+        first = self.entry(self.keys[0][2])
+        from_start = all(s in (None, 0) for parts in first.ranges.values() for s, _ in parts.values())
+        if first.end_ms > start_ms and not from_start:
+            return (
+                f"live's first recorded batch ran at {_iso(first.end_ms)}, after the range read begins "
+                f"({_iso(start_ms)}): records before it were never read live"
+            )
+        last_ms, need = self.keys[-1][0], min(end_ms - 1, end_ms - 1 if data_last_ms is None else data_last_ms)
+        if last_ms <= need:
+            return (
+                f"live's last recorded batch ran at {_iso(last_ms)}, before the range read's landed data ends "
+                f"({_iso(need)}): later records were not read live yet"
+            )
+        return None
 
     def entry(self, name: str) -> LedgerEntry:
         """The entry in file ``name``."""
@@ -325,3 +373,7 @@ class Ledger:
                 raise KappaSourceError(f"live ledger entry {path!r} cannot be read: {e}") from e
             self._cache[name] = LedgerEntry.from_json(text, repr(path))
         return self._cache[name]
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat()

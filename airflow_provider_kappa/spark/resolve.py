@@ -11,6 +11,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.datasource import SHORT_NAME, KappaIcebergDataSource
+from airflow_provider_kappa.spark.ledger import sink_ledger
 from airflow_provider_kappa.spark.settings import (
     AVAILABLE_NOW,
     LIVE,
@@ -127,7 +128,7 @@ def sink_writer_options(settings: RunSettings, sink: SinkSettings) -> dict[str, 
     if settings.epoch is not None:
         opts["epoch"] = settings.epoch
     if settings.ledger is not None and settings.mode == LIVE:
-        opts["ledger"] = f"{settings.ledger.rstrip('/')}/{sink.name}"  # live: record the batches (spark/ledger.py)
+        opts["ledger"] = sink_ledger(settings.ledger, sink.name)  # live: record the batches (spark/ledger.py)
     digest = hashlib.sha1(settings.checkpoint.encode()).hexdigest()[:12]
     opts["writer_id"] = f"{settings.job}/{sink.name}/{digest}"
     return opts

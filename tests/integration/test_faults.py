@@ -327,7 +327,7 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
 
     # validate, then publish while the live job appends to the target
     reports = validation.validate(bf, plan)
-    validation.check_gate(bf, reports)
+    validation.check_gate(bf, plan, reports)
     live_rows: list[dict[str, Any]] = []
     numbers = itertools.count()
     numbering = threading.Lock()

@@ -166,9 +166,10 @@ def test_the_ledger_parameter_needs_a_job_with_one_sink(tmp_path: Path) -> None:
     cfg = load_config(Path(examples.__file__).parent / "rmi" / "kappa.yaml")
     window = {"start": "2026-11-01T00:00:00+00:00", "end": "2026-11-01T02:00:00+00:00"}
     with_ledger = parse_params(cfg, {**window, "ledger": True})
-    without = parse_params(cfg, window)
-    assert with_ledger.ledger and not without.ledger
-    assert backfill_id(cfg, with_ledger) != backfill_id(cfg, without)  # its own staging and checkpoints
+    auto, off = parse_params(cfg, window), parse_params(cfg, {**window, "ledger": "false"})
+    assert (with_ledger.ledger, auto.ledger, off.ledger) == ("true", "auto", "false")
+    ids = {backfill_id(cfg, p) for p in (with_ledger, auto, off)}
+    assert len(ids) == 3  # each its own staging and checkpoints
     assert cfg.job.ledger == f"{cfg.job.checkpoint_root}/rmi/ledger"
     two = replace(cfg, sinks={**cfg.sinks, "other": replace(cfg.sinks["summary"], name="other")})
     with pytest.raises(KappaConfigError, match=r"backfill parameter ledger: .* has sinks \['other', 'summary'\]"):

@@ -165,7 +165,7 @@ def test_allow_open_end_publishes_only_what_the_landed_data_closes(lake: dict[st
         report.warnings
     )
     assert "warning: allow_open_end: end + tail lies past the landed data" in report.to_text()
-    validation.check_gate(bf, reports)
+    validation.check_gate(bf, plan, reports)
     results = publishing.publish(bf, plan)
     assert results["sessions"].rows_added == len([s for s in closed if s["session_start"] < at(5, 40)])
     # the window up to 05:40 repaired, the rows after it (correct, closed by live) kept: none lost

@@ -21,7 +21,6 @@ from airflow_provider_kappa.backfill.params import (
     TIMESTAMP_PATTERN,
     BackfillParams,
     backfill_id,
-    human_duration,
     param_schemas,
     parse_params,
     to_argv,
@@ -29,7 +28,7 @@ from airflow_provider_kappa.backfill.params import (
 from airflow_provider_kappa.cli.plan import add_backfill_arguments, params_from_args
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.job.config import load_config
-from airflow_provider_kappa.timeparse import parse_duration, parse_timestamp
+from airflow_provider_kappa.timeparse import human_duration, parse_duration, parse_timestamp
 
 EXAMPLES = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples"
 START = "2026-11-01T00:00:00+00:00"
@@ -49,7 +48,8 @@ def test_defaults_come_from_the_job_config(rmi) -> None:  # type: ignore[no-unty
     assert p.warmup == timedelta(minutes=30)
     assert p.tail == timedelta(minutes=15)
     assert p.max_misalignment_threshold == timedelta(minutes=15)
-    assert (p.mode, p.dry_run, p.publish, p.min_match) == ("sequential", False, True, 0.0)
+    assert (p.mode, p.dry_run, p.publish, p.min_match, p.ledger) == ("sequential", False, True, None, "auto")
+    assert (p.min_match_for(False), p.min_match_for(True)) == (0.0, 0.0)  # publishes: no gate by default
     assert p.read_start == p.start - timedelta(minutes=30)
     assert p.read_end == p.end + timedelta(minutes=15)
     assert p.publishes
@@ -317,7 +317,6 @@ def test_cli_flags_come_from_the_table(rmi) -> None:  # type: ignore[no-untyped-
         "dry_run": False,
         "publish": True,
         "allow_open_end": False,
-        "ledger": False,
     }
     raw = cli(
         [
@@ -358,7 +357,7 @@ def test_cli_flags_come_from_the_table(rmi) -> None:  # type: ignore[no-untyped-
         "publish": False,
         "min_match": "99.9",
         "allow_open_end": True,
-        "ledger": True,
+        "ledger": "true",  # a bare --ledger
     }
     p = parse_params(rmi, raw)
     assert parse_params(rmi, cli(to_argv(p))) == p
@@ -384,6 +383,8 @@ def test_release_flags_are_those_of_the_backfill_id(rmi) -> None:  # type: ignor
         "15min",
         "--sources",
         "impressions,playbacks",
+        "--ledger",
+        "auto",
     ]
     again = parse_params(rmi, cli(to_argv(p, identity_only=True)))
     assert backfill_id(rmi, again) == backfill_id(rmi, p)

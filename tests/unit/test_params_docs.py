@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from airflow_provider_kappa.backfill.params import KEYS, options_synopsis, params_table
+from airflow_provider_kappa.backfill.params import KEYS
+from airflow_provider_kappa.backfill.params_docs import options_synopsis, params_table
 
 ROOT = Path(__file__).parents[2]
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.conf_keys import BACKFILL, PREFIX
+from airflow_provider_kappa.spark.ledger import sink_ledger
 from airflow_provider_kappa.timeparse import format_duration, parse_duration, parse_timestamp, to_micros
 
 BOUNDED = "bounded"
@@ -314,7 +315,7 @@ def ledger_folder(root: str, conf: Mapping[str, str]) -> str:
             f"{PREFIX}ledger: {root!r} is kept per sink (one query each), but the run has sinks {sinks}; "
             "replaying the live ledger needs a job with exactly one sink"
         )
-    return f"{root.rstrip('/')}/{sinks[0]}"
+    return sink_ledger(root, sinks[0])
 
 
 def _source_keys(conf: Mapping[str, str], name: str) -> dict[str, str]:

@@ -1,0 +1,144 @@
+"""Exact by default (issue #25): ``ledger: auto`` replays the live ledger when it covers the range
+read, and otherwise says in one line why not and aligns; ``kappa plan`` says how exact to expect
+the backfill; the choice is pinned for reruns; ``ledger: true`` without a ledger is refused before
+anything is written. A real sqlite SqlCatalog and a real ledger folder (``spark/ledger.py``'s files)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lake import T0, append_events, create_events_table, create_summary_table, event, summary_row, summary_table
+from test_cli_output import write_config
+
+from airflow_provider_kappa.backfill.backfill import Backfill
+from airflow_provider_kappa.backfill.exactness import decide
+from airflow_provider_kappa.backfill.plan import plan
+from airflow_provider_kappa.backfill.snapshot import pin
+from airflow_provider_kappa.cli import main
+from airflow_provider_kappa.job.config import load_config
+from airflow_provider_kappa.spark.ledger import Ledger, LedgerEntry, sink_ledger
+from airflow_provider_kappa.timeparse import to_micros
+
+H = timedelta(hours=1)
+WINDOW = ["--start", (T0 + H).isoformat(), "--end", (T0 + 3 * H).isoformat()]
+
+
+def ms(at: datetime) -> int:
+    return to_micros(at) // 1000
+
+
+def write_ledger(folder: str, first: datetime, last: datetime, *, from_offset: int = 5) -> int:
+    """Live batches every 10 minutes from ``first`` to ``last``, one Kafka partition, 3 records each."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    at, batch, previous, offset = first, 0, None, from_offset
+    while at <= last:
+        entry = LedgerEntry("q", batch, ms(at), previous, 0, {"t": {0: (offset, offset + 3)}})
+        (Path(folder) / entry.name).write_text(entry.to_json())
+        at, batch, previous, offset = at + timedelta(minutes=10), batch + 1, ms(at), offset + 3
+    return batch
+
+
+@pytest.fixture()
+def config(tmp_path: Path, catalog: Any, catalog_props: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Four hours of landed events (one every 10 minutes from T0), a target table with rows."""
+    monkeypatch.setenv("COLUMNS", "200")
+    source = create_events_table(catalog, "raw.playbacks")
+    append_events(source, [event(i, T0 + i * timedelta(minutes=10)) for i in range(24)])
+    create_summary_table(catalog, "prod.summary").append(summary_table([summary_row(60, 1, 5)]))
+    return write_config(tmp_path, catalog_props)
+
+
+def ledger_of(config: Path) -> str:
+    cfg = load_config(config)
+    return sink_ledger(cfg.job.ledger, "summary")
+
+
+def test_a_ledger_covering_the_range_read_is_replayed_by_default_and_the_plan_says_exact(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_ledger(ledger_of(config), T0 - timedelta(minutes=5), T0 + 4 * H)
+    assert main(["plan", "--config", str(config), *WINDOW]) == 0
+    out = capsys.readouterr().out
+    assert "ledger auto" in out, out
+    assert (
+        f"exactness: exact: the live ledger covers [{(T0 + H).isoformat()}, {(T0 + 3 * H).isoformat()}); "
+        "12 live batch(es) replayed" in out
+    ), out
+    rows = [line for line in out.splitlines() if line.lstrip().startswith("s000")]
+    assert len(rows) == 2 and all(" 6 " in row for row in rows), out  # each 1 h slice replays 6 live batches
+
+
+def test_a_ledger_begun_after_the_range_read_is_not_replayed_and_the_plan_says_why(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_ledger(ledger_of(config), T0 + 2 * H, T0 + 4 * H)
+    assert main(["plan", "--config", str(config), *WINDOW]) == 0
+    out = capsys.readouterr().out
+    assert "exactness: aligned to 15min: micro-batches cut on the ingestion grid" in out, out
+    assert (
+        f"the live ledger is not replayed: live's first recorded batch ran at {(T0 + 2 * H).isoformat()}, "
+        f"after the range read begins ({(T0 + H).isoformat()})" in out
+    ), out
+    assert "live batches" not in out
+
+
+def test_a_ledger_whose_first_batch_read_from_the_first_offsets_covers_an_earlier_start(config: Path) -> None:
+    write_ledger(ledger_of(config), T0 + 2 * H, T0 + 4 * H, from_offset=0)
+    book = Ledger(ledger_of(config))
+    assert book.gap(ms(T0 + H), ms(T0 + 3 * H), None) is None
+    assert book.count(ms(T0 + H), ms(T0 + 3 * H)) == 6  # 2 h, 2h10 ... 2h50
+
+
+def test_a_ledger_ending_before_the_landed_data_is_not_replayed(config: Path) -> None:
+    write_ledger(ledger_of(config), T0 - H, T0 + 2 * H)
+    book = Ledger(ledger_of(config))
+    gap = book.gap(ms(T0 + H), ms(T0 + 3 * H), ms(T0 + 2 * H + timedelta(minutes=50)))
+    assert gap is not None and gap.startswith(f"live's last recorded batch ran at {(T0 + 2 * H).isoformat()}")
+    # the landed data of the range ends before live's last batch: covered, though the range reads on
+    assert book.gap(ms(T0 + H), ms(T0 + 3 * H), ms(T0 + H + timedelta(minutes=50))) is None
+
+
+def test_without_a_ledger_the_plan_aligns_and_says_so(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--config", str(config), *WINDOW]) == 0
+    out = capsys.readouterr().out
+    assert f"the live ledger is not replayed: no live ledger at {ledger_of(config)}" in out, out
+    assert main(["plan", "--config", str(config), *WINDOW, "--ledger", "false"]) == 0
+    out = capsys.readouterr().out
+    assert "late-event drops can differ near window ends (ledger: false)" in out, out
+
+
+def test_ledger_true_without_a_ledger_is_refused_before_anything_is_written(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoints = Path(load_config(config).job.checkpoint_root)
+    assert main(["backfill", "--config", str(config), *WINDOW, "--ledger"]) == 2
+    err = capsys.readouterr().err
+    assert f"backfill parameter ledger: true, but no live ledger at '{ledger_of(config)}'" in err, err
+    assert "use ledger auto or false" in err
+    assert not checkpoints.exists() or not any(checkpoints.rglob("*.json")), list(checkpoints.rglob("*"))
+
+
+def test_the_ledger_choice_is_pinned_by_the_first_plan_and_kept_by_reruns(config: Path) -> None:
+    bf = Backfill.create(load_config(config), {"start": WINDOW[1], "end": WINDOW[3], "dry_run": True})
+    pinned = pin(bf, tag=False)
+    first = plan(bf, pinned, pin=True)
+    assert not first.replays_ledger and all(s.ledger_batches is None for s in first.slices)
+    write_ledger(ledger_of(config), T0 - H, T0 + 4 * H)  # live's ledger appears (or grows) since
+    assert decide(bf, None, pin=False)[0].exact  # a fresh backfill would replay it
+    again = plan(bf, pinned, pin=True)
+    assert not again.replays_ledger, again.exactness  # this one goes on as it began
+    assert bf.params.min_match_for(again.replays_ledger) == 0.0
+
+
+def test_min_match_defaults_to_100_for_a_ledger_replay_that_does_not_publish(config: Path) -> None:
+    cfg = load_config(config)
+    window = {"start": WINDOW[1], "end": WINDOW[3]}
+    verify = Backfill.create(cfg, {**window, "dry_run": True}).params
+    repair = Backfill.create(cfg, window).params
+    given = Backfill.create(cfg, {**window, "dry_run": True, "min_match": 99.5}).params
+    assert (verify.min_match_for(True), verify.min_match_for(False)) == (100.0, 0.0)
+    assert repair.min_match_for(True) == 0.0  # a publishing backfill exists to replace output that differs
+    assert given.min_match_for(True) == 99.5
