@@ -48,8 +48,6 @@ def backfill_and_compare(
         "tail": format_duration(tail),
         "min_match": 0,
     }
-    if ledger:
-        conf["ledger"] = True
     dag = kappa_backfill_dag(str(config))  # the same DAG the demo's DAG file defines
     began = time.monotonic()
     run = dag.test(run_conf=conf)
@@ -57,6 +55,9 @@ def backfill_and_compare(
     state = str(getattr(run, "state", ""))
     if not state.endswith("success"):
         raise KappaError(f"{job} ({mode}): the backfill DAG run ended {state!r}; see the task logs above")
+    replayed = (Backfill.create(load_config(config), conf).store().pinned("ledger") or {}).get("ledger")
+    if ledger and not replayed:  # ledger auto (the default): live's ledger covers the window, so it is replayed
+        raise KappaError(f"{job} ({mode}): the backfill did not replay the live ledger; see its plan task's log")
     slices = slice_stats(config, conf, f"{job}/{mode}/")
     table_name, time_column = target(job)
     outcome = compare_window(catalog, table_name, time_column, reference, start, end)

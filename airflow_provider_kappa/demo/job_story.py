@@ -54,7 +54,8 @@ def story_process(
     :param window_end: end of the incident window.
     :param slice_: slice length of the backfill.
     :param threshold: ``max_misalignment_threshold`` of the backfill.
-    :param ledger: backfill with ``ledger`` (replay the live ledger a Kafka-live run recorded).
+    :param ledger: a Kafka-live run recorded the live ledger: the backfill (``ledger: auto``, the
+        default) must replay it.
     """
     base = workdir / "airflow"
     home = base / job

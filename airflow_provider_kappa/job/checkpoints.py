@@ -173,13 +173,18 @@ class CheckpointStore:
         """``heartbeat``: touched by every step of the backfill while it runs."""
         return f"{self.root}/{HEARTBEAT}"
 
+    def pinned(self, name: str) -> dict[str, Any] | None:
+        """The choice pinned as ``pinned/<name>.json`` by the backfill's first run, if any."""
+        path = f"{self.root}/pinned/{name}.json"
+        return dict(json.loads(self._read(path))) if self._exists(path) else None
+
     def pin(self, name: str, value: dict[str, Any]) -> dict[str, Any]:
         """The choice pinned as ``pinned/<name>.json``: the one an earlier run pinned, else
         ``value``, pinned now."""
-        path = f"{self.root}/pinned/{name}.json"
-        if self._exists(path):
-            return dict(json.loads(self._read(path)))
-        self._write(path, json.dumps(value))
+        found = self.pinned(name)
+        if found is not None:
+            return found
+        self._write(f"{self.root}/pinned/{name}.json", json.dumps(value))
         return value
 
     # heartbeat ----------------------------------------------------------------------------

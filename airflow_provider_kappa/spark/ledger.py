@@ -356,7 +356,7 @@ class Ledger:
                 f"({_iso(start_ms)}): records before it were never read live"
             )
         last_ms, need = self.keys[-1][0], min(end_ms - 1, end_ms - 1 if data_last_ms is None else data_last_ms)
-        if last_ms <= need:
+        if last_ms < need:
             return (
                 f"live's last recorded batch ran at {_iso(last_ms)}, before the range read's landed data ends "
                 f"({_iso(need)}): later records were not read live yet"
