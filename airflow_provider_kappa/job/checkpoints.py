@@ -21,10 +21,12 @@
   the slice's boundary (empty for the first slice), so state flows slice to slice; parallel: empty.
   An older attempt still running writes only into its own folder, never into the one the current
   attempt reads or keeps. Folders of older attempts are removed when an attempt succeeds.
-- ``boundaries/<slice_id>/``: the checkpoint at the start of sequential slice ``<slice_id>``:
-  the attempt folder of the previous slice's successful attempt, copied when that attempt
-  finished (and only if its epoch was still current). A boundary is complete when its
-  ``_KAPPA_BOUNDARY`` marker exists (written last).
+- ``boundaries/<slice_id>/<epoch>/``: the checkpoint at the start of sequential slice ``<slice_id>``:
+  the attempt folder of the previous slice's successful attempt ``<epoch>``, copied when that
+  attempt finished (and only if its epoch was still current). A boundary is complete when its
+  ``_KAPPA_BOUNDARY`` marker exists (written last), and counts only while ``<epoch>`` is still the
+  previous slice's current epoch (:meth:`CheckpointStore.kept_boundary`): a superseded attempt whose
+  copy lands late writes only its own epoch's folder, never the one the next slice reads.
 - ``done/<slice_id>.json``: the metrics of a slice's last successful run (removed when it reruns).
 - ``progress/<slice_id>.jsonl``: the Spark ``StreamingQueryProgress`` records of its last run.
 - ``report.html``: the backfill's HTML report (:meth:`CheckpointStore.report_file`).
@@ -154,7 +156,8 @@ class CheckpointStore:
         return f"{self.root}/epochs/{slice_id}.json"
 
     def boundary(self, slice_id: str) -> str:
-        """The checkpoint kept at the start of sequential slice ``slice_id``."""
+        """The folder of the checkpoints kept at the start of sequential slice ``slice_id``, one per
+        epoch of the slice before it (the one that counts: :meth:`kept_boundary`)."""
         return f"{self.root}/boundaries/{slice_id}"
 
     def plan_file(self, slice_id: str, source: str) -> str:
@@ -348,9 +351,22 @@ class CheckpointStore:
 
     # sequential ---------------------------------------------------------------------------
 
+    def kept_boundary(self, slice_id: str) -> str | None:
+        """The checkpoint kept at the start of sequential slice ``slice_id``: the copy
+        ``boundaries/<slice_id>/<epoch>/`` made by the current attempt of the slice before it, complete
+        (its marker, written last, names that slice), else ``None``. A copy made by a superseded
+        attempt never counts, whenever it lands: each attempt copies into its own epoch's folder."""
+        for epoch in self._subfolders(self.boundary(slice_id)):
+            marker = f"{self.boundary(slice_id)}/{epoch}/{MARKER}"
+            if self._exists(marker):
+                after = json.loads(self._read(marker)).get("after")
+                if after is not None and self.current_epoch(str(after)) == epoch:
+                    return f"{self.boundary(slice_id)}/{epoch}"
+        return None
+
     def boundary_ready(self, slice_id: str) -> bool:
-        """Whether the checkpoint at the start of ``slice_id`` was completely kept."""
-        return self._exists(f"{self.boundary(slice_id)}/{MARKER}")
+        """Whether the checkpoint at the start of ``slice_id`` was completely kept (:meth:`kept_boundary`)."""
+        return self.kept_boundary(slice_id) is not None
 
     def start_sequential(self, slice_id: str, index: int, next_slice_id: str | None, epoch: str) -> str:
         """Prepare the checkpoint of attempt ``epoch`` of slice ``slice_id``: empty for the first
@@ -365,7 +381,8 @@ class CheckpointStore:
         :raises KappaSinkError: when the boundary of a later slice is missing (the slice before
             it has not succeeded).
         """
-        if index > 0 and not self.boundary_ready(slice_id):
+        kept = self.kept_boundary(slice_id) if index > 0 else None
+        if index > 0 and kept is None:
             raise KappaSinkError(
                 f"sequential slice {slice_id}: no checkpoint kept at its start ({self.boundary(slice_id)}); "
                 "the slice before it has not succeeded; run slices in order"
@@ -378,7 +395,7 @@ class CheckpointStore:
         if index == 0:
             self._delete(folder)
         else:
-            self._copy_dir(self.boundary(slice_id), folder)
+            self._copy_dir(str(kept), folder)
             self._delete(f"{folder}/{MARKER}")
         return folder
 
@@ -394,12 +411,16 @@ class CheckpointStore:
         """
         self.check_epoch(slice_id, epoch)
         if next_slice_id is not None:
-            target = self.boundary(next_slice_id)
+            target = f"{self.boundary(next_slice_id)}/{epoch}"  # its own: a stale attempt's copy lands beside it
             self._copy_dir(self.attempt(slice_id, epoch), target)
             self._write(f"{target}/{MARKER}", json.dumps({"after": slice_id, "epoch": epoch}))
         self.check_epoch(slice_id, epoch)
         self._write(self.done_file(slice_id), json.dumps(metrics, sort_keys=True))
         self._drop_other_attempts(slice_id, epoch)
+        if next_slice_id is not None:
+            for other in self._subfolders(self.boundary(next_slice_id)):
+                if other != epoch:
+                    self._delete(f"{self.boundary(next_slice_id)}/{other}")
 
     # parallel -----------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ def test_each_attempt_takes_a_new_higher_epoch_and_only_the_current_one_keeps_it
         store.finish_sequential("s0000", "s0001", {"rows": 1}, first)
     assert not store.boundary_ready("s0001") and store.done("s0000") is None
     store.finish_sequential("s0000", "s0001", {"rows": 2}, second)
-    assert (Path(store.boundary("s0001")) / "offsets" / "0").read_text() == "retry"
+    assert (Path(str(store.kept_boundary("s0001"))) / "offsets" / "0").read_text() == "retry"
     assert store.done("s0000") == {"rows": 2} and not old.exists()
     # the next slice runs from a copy of that boundary; a third attempt of s0000 goes on numbering
     nxt = store.new_epoch("s0001")
@@ -51,6 +51,42 @@ def test_each_attempt_takes_a_new_higher_epoch_and_only_the_current_one_keeps_it
     assert store.new_epoch("s0000").startswith("0003-")
     with pytest.raises(KappaSupersededError):
         store.start_parallel("s0000", second)
+
+
+def test_a_superseded_attempt_s_late_boundary_copy_never_becomes_the_next_slice_s_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #25: the stale attempt passes its epoch check, then the newer attempt starts, runs and
+    keeps its boundary, and only then does the stale one copy its checkpoint to the same boundary."""
+    store = CheckpointStore(str(tmp_path / "bf"))
+    stale = store.new_epoch("s0000")
+    folder = Path(store.start_sequential("s0000", 0, "s0001", stale))
+    (folder / "offsets").mkdir(parents=True)
+    (folder / "offsets" / "0").write_text("stale run")
+    real_check = store.check_epoch
+    newer: list[str] = []
+
+    def racing_check(slice_id: str, epoch: str, cause: BaseException | None = None) -> None:
+        real_check(slice_id, epoch, cause)
+        if epoch == stale and not newer:  # right after the stale attempt's check: the retry runs to its end
+            newer.append(store.new_epoch("s0000"))
+            retry = Path(store.start_sequential("s0000", 0, "s0001", newer[0]))
+            (retry / "offsets").mkdir(parents=True)
+            (retry / "offsets" / "0").write_text("retry")
+            store.finish_sequential("s0000", "s0001", {"rows": 2}, newer[0])
+
+    monkeypatch.setattr(store, "check_epoch", racing_check)
+    with pytest.raises(KappaSupersededError):
+        store.finish_sequential("s0000", "s0001", {"rows": 1}, stale)  # its copy lands, then its 2nd check fails
+    monkeypatch.undo()
+    kept = store.kept_boundary("s0001")
+    assert kept is not None and (Path(kept) / "offsets" / "0").read_text() == "retry", kept
+    assert store.done("s0000") == {"rows": 2}
+    nxt = store.new_epoch("s0001")
+    assert (Path(store.start_sequential("s0001", 1, None, nxt)) / "offsets" / "0").read_text() == "retry"
+    # a retry of s0000 now supersedes the kept boundary too: s0001 cannot start from it
+    store.new_epoch("s0000")
+    assert not store.boundary_ready("s0001")
 
 
 def writer_options(catalog_props: dict[str, str], staging: str, epoch: str) -> dict[str, str]:
