@@ -55,6 +55,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSupersededError
+from airflow_provider_kappa.faults import retry_transient
 from airflow_provider_kappa.spark.catalog import catalog_from_options, ensure_namespace, load_table
 from airflow_provider_kappa.spark.ledger import record_batch
 from airflow_provider_kappa.spark.staging import ensure_staging_table, fenced_staging_table
@@ -272,7 +273,6 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
     # ---- driver --------------------------------------------------------------------
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """Commit micro-batch ``batchId`` as one Iceberg append, unless it already is in the table."""
-        from pyiceberg.exceptions import CommitFailedException
 
         if self._opts.ledger and self._opts.checkpoint:
             # live: the batch's Kafka offsets into the live ledger before the batch is committed
@@ -285,6 +285,23 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
             raise self._superseded
         if not files:
             return
+        # a catalog that cannot be reached for now (a locked sqlite file, a restarting server) is retried in
+        # place, like publish: a commit that landed before the fault is found by already_committed
+        what = f"kappa_iceberg writer: commit of batch {batchId} to {self._opts.table!r}"
+        calls: list[int] = []
+
+        def once() -> None:
+            calls.append(1)
+            self._commit_files(files, batchId, retried=len(calls) > 1)
+
+        retry_transient(once, what)
+
+    def _commit_files(self, files: Sequence[Any], batchId: int, *, retried: bool = False) -> None:
+        """One Iceberg append of ``files`` as micro-batch ``batchId``, retried on commit conflicts; a
+        batch already in the table is skipped (its new files deleted, unless ``retried``: after a
+        fault, the batch found committed may be this very commit, which landed before the fault)."""
+        from pyiceberg.exceptions import CommitFailedException
+
         catalog = catalog_from_options(self._catalog_options)
         props = self._summary(batchId)
         last: Exception | None = None
@@ -305,7 +322,8 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
                     self._opts.writer_id,
                     self._opts.table,
                 )
-                _delete(table, files)
+                if not retried:
+                    _delete(table, files)
                 return
             try:
                 with table.transaction() as tx:

@@ -346,9 +346,11 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
     assert without != owned  # cut on the ingestion grid: the events before live count, the late ones may differ
     # the events before live, in their 5 s windows: counted by the backfill without the ledger, never by live
     # (its first batch ran seconds later). How many late events live or the backfill counted depends on how
-    # the batches fell, so totals are not compared.
+    # the batches fell, so totals are not compared; a late event of a later burst (60 s behind) can fall in one
+    # of those windows and be counted there too, so each holds at least the events before live
     keys = Counter(window_of(value) for _, _, value in before_live)
-    assert {(r[0], r[2]): r[3] for r in without if (r[0], r[2]) in keys} == keys, (keys, without)
+    counted_before = {(r[0], r[2]): r[3] for r in without if (r[0], r[2]) in keys}
+    assert set(counted_before) == set(keys) and all(counted_before[k] >= n for k, n in keys.items()), (keys, without)
     assert not [r for r in live_rows if (r[0], r[2]) in keys], (keys, live_rows)
 
 

@@ -371,3 +371,30 @@ def test_writer_abort_deletes_files_and_empty_batches_commit_nothing(
     assert len(table.snapshots()) == 1
     assert sorted_rows(table) == sorted_rows(summary_table(BATCHES[0]))
     assert _parquet_files(table) == _live_files(table)
+
+
+def test_a_catalog_locked_while_a_batch_commits_is_retried_in_place(
+    spark: Any, catalog: Any, catalog_props: dict[str, str], lake_dir: Path
+) -> None:
+    """Issue #25: another writer holds the sqlite catalog past its busy timeout (5 s) just as the
+    driver commits a micro-batch. The commit is retried in place (as publish is), the batch lands once."""
+    import sqlite3
+    import threading
+
+    from pyspark.sql.types import StructType
+
+    table = create_summary_table(catalog, TARGET)
+    writer = KappaIcebergStreamWriter(StructType.fromDDL(SPARK_SCHEMA), _writer_options(catalog_props, TARGET), False)
+    message = writer.write(iter([summary_table(BATCHES[0]).to_batches()[0]]))
+    other = sqlite3.connect(lake_dir / "catalog.db", isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(6.5, lambda: (other.execute("ROLLBACK"), other.close()))
+    release.start()
+    try:
+        writer.commit([message], 0)  # before: "database is locked" failed the batch, and so the slice
+    finally:
+        release.join()
+    table = catalog.load_table(TARGET)
+    assert len(table.snapshots()) == 1
+    assert sorted_rows(table) == sorted_rows(summary_table(BATCHES[0]))
+    assert _parquet_files(table) == _live_files(table)
