@@ -251,12 +251,29 @@ def stop_submit(hook: Any, timeout: float = 60.0) -> None:
     proc = getattr(hook, "_submit_sp", None)
     if proc is None or proc.poll() is not None:
         return
+    if cluster_application(hook):
+        # the driver runs on the cluster, so stopping the local spark-submit (a client) leaves it running:
+        # the hook's own on_kill kills it there (yarn application -kill, the Kubernetes driver pod deleted,
+        # a standalone driver killed), and SIGKILLs the client, which holds no state of the run
+        hook.on_kill()
     stop_process_group(proc.pid, timeout)
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def cluster_application(hook: Any) -> str | None:
+    """The application a cluster-mode spark-submit of ``hook`` started on its cluster (a YARN
+    application id, a Kubernetes driver pod, a standalone driver id), as the hook read it from
+    spark-submit's output; ``None`` in client mode or before the cluster answered. The hook keeps them
+    in private attributes (no public accessor); its public ``on_kill`` acts on them."""
+    for attr in ("_yarn_application_id", "_kubernetes_driver_pod", "_driver_id"):
+        found = getattr(hook, attr, None)
+        if found:
+            return str(found)
+    return None
 
 
 class SubmitEngine(Engine):
