@@ -73,12 +73,19 @@ def check_ledger(bf: Backfill) -> None:
     """With ``ledger: true``, refuse a job without a live ledger to replay (before any lock).
 
     :raises KappaConfigError: naming the ledger folder and what records it.
+    :raises KappaSourceError: its first or last entry cannot be read (naming it).
     """
     if bf.params.ledger != "true":
         return
     uri, why = job_ledger(bf)
-    if uri is not None and Ledger.find(uri) is None:
+    book = Ledger.find(uri) if uri is not None else None
+    if uri is not None and book is None:
         why = f"no live ledger at {uri!r} (`kappa run` records it while the job runs live from Kafka)"
+    elif book is not None and not book.keys:
+        why = f"the live ledger {uri!r} holds no batch"
+    elif book is not None:
+        for _, _, name in (book.keys[0], book.keys[-1]):
+            book.entry(name)  # an unreadable ledger is refused here, before any lock (KappaSourceError names it)
     if why:
         raise KappaConfigError(f"backfill parameter ledger: true, but {why}; use ledger auto or false")
 
@@ -104,7 +111,12 @@ def decide(bf: Backfill, data_last_micros: int | None, *, pin: bool) -> tuple[Ex
     if uri is not None and book is None:
         gap = f"no live ledger at {uri} (`kappa run` records it from Kafka)"
     if book is not None:
-        gap = book.gap(start_ms, end_ms, None if data_last_micros is None else data_last_micros // 1000)
+        try:
+            gap = book.gap(start_ms, end_ms, None if data_last_micros is None else data_last_micros // 1000)
+        except KappaSourceError as e:  # auto: said in the exactness line, and the backfill aligns
+            if p.ledger == "true":
+                raise
+            book, gap = None, f"the live ledger cannot be read: {e}"
     chosen = uri if book is not None and (p.ledger == "true" or gap is None) else None
     if pin:
         chosen = bf.store().pin("ledger", {"ledger": chosen})["ledger"]

@@ -142,3 +142,19 @@ def test_min_match_defaults_to_100_for_a_ledger_replay_that_does_not_publish(con
     assert (verify.min_match_for(True), verify.min_match_for(False)) == (100.0, 0.0)
     assert repair.min_match_for(True) == 0.0  # a publishing backfill exists to replace output that differs
     assert given.min_match_for(True) == 99.5
+
+
+def test_an_unreadable_ledger_is_refused_before_the_lock_with_true_and_said_with_auto(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = ledger_of(config)
+    write_ledger(folder, T0 - H, T0 + 4 * H)
+    first = sorted(Path(folder).iterdir())[0]
+    first.write_text("{not json")
+    assert main(["plan", "--config", str(config), *WINDOW]) == 0
+    out = capsys.readouterr().out
+    assert "the live ledger is not replayed: the live ledger cannot be read: live ledger entry" in out, out
+    assert main(["backfill", "--config", str(config), *WINDOW, "--ledger", "--dry-run"]) != 0
+    err = capsys.readouterr().err
+    assert f"live ledger entry '{first}' is not a kappa ledger entry" in err, err
+    assert not (Path(load_config(config).job.checkpoint_root) / "summary_job" / "backfill").exists()
