@@ -277,7 +277,6 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         if self._opts.ledger and self._opts.checkpoint:
             # live: the batch's Kafka offsets into the live ledger before the batch is committed
             # anywhere, so every batch Spark commits has its entry (docs/landing.md, exact replay)
-
             record_batch(self._opts.checkpoint, self._opts.ledger, batchId)
         files = [f for m in messages if isinstance(m, KappaCommitMessage) for f in m.files]
         if self._superseded is not None:
@@ -436,11 +435,12 @@ def _micros_option(opts: Mapping[str, str], key: str) -> int | None:
         raise KappaConfigError(f"kappa_iceberg writer: option {key!r} is {value!r}; expected epoch microseconds") from e
 
 
-def _delete(table: Table, files: Sequence[WireDataFile]) -> None:
-    """Delete uncommitted data files; one already gone (deleted by an earlier call) is fine."""
+def _delete(table: Table | None, files: Sequence[WireDataFile], io: Any = None) -> None:
+    """Delete uncommitted data files (with ``table``'s FileIO, else ``io``); one already gone (deleted
+    by an earlier call) is fine."""
     for wire in files:
         try:
-            table.io.delete(wire.file_path)
+            (io or table.io).delete(wire.file_path)  # type: ignore[union-attr]
         except FileNotFoundError:
             log.info("kappa_iceberg: uncommitted data file %s was already deleted", wire.file_path)
 
@@ -449,12 +449,7 @@ def _delete_files(io_properties: Mapping[str, str], files: Sequence[WireDataFile
     """Delete a refused batch's data files with a FileIO of ``io_properties`` (its table may be gone)."""
     from pyiceberg.io import load_file_io
 
-    io = load_file_io(dict(io_properties), files[0].file_path if files else None)
-    for wire in files:
-        try:
-            io.delete(wire.file_path)
-        except FileNotFoundError:
-            log.info("kappa_iceberg: uncommitted data file %s was already deleted", wire.file_path)
+    _delete(None, files, load_file_io(dict(io_properties), files[0].file_path if files else None))
 
 
 def read_query_id(checkpoint: str | None) -> str | None:
