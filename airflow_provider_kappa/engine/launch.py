@@ -172,6 +172,7 @@ def live_conf(cfg: JobConfig, catalogs_file: str | Path, checkpoint: str | None 
     conf = common_conf(cfg, LIVE, checkpoint or live_checkpoint(cfg.job.checkpoint_root, cfg.job.name), catalogs_file)
     conf[PREFIX + "trigger"] = PROCESSING_TIME
     conf[PREFIX + "trigger.interval"] = format_duration(cfg.job.live_trigger)
+    conf.setdefault("spark.log.level", "WARN")  # a live run prints its own line per batch; job.spark_conf may say INFO
     for name in cfg.job_sources():
         src = cfg.resolve(name, backfill=False)
         conf.update(source_conf(name, src, src.name))

@@ -7,6 +7,7 @@ import json
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from airflow_provider_kappa.exceptions import KappaConfigError
@@ -151,4 +152,35 @@ def write_sink(df: DataFrame, name: str) -> StreamingQuery:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{settings.trigger_interval.total_seconds():g} seconds")
+    if settings.mode == LIVE and not is_connect(spark) and id(spark) not in _PROGRESS_PRINTED:
+        _PROGRESS_PRINTED.add(id(spark))
+        spark.streams.addListener(LiveProgress())
     return writer.start()
+
+
+#: the sessions whose live queries print their progress (one listener per session)
+_PROGRESS_PRINTED: set[int] = set()
+
+
+class LiveProgress(StreamingQueryListener):
+    """``kappa run``'s own line per micro-batch, on the driver's output (Spark itself logs at WARN
+    there: ``spark.log.level``, :func:`airflow_provider_kappa.engine.launch.live_conf`)."""
+
+    def onQueryStarted(self, event: object) -> None:
+        """Nothing: ``kappa run`` said it started."""
+
+    def onQueryProgress(self, event: object) -> None:
+        """One line: the query, its batch, rows read, how long it took, the watermark."""
+        p = event.progress  # type: ignore[attr-defined]
+        watermark = (p.eventTime or {}).get("watermark", "none")
+        print(
+            f"kappa run: {p.name} batch {p.batchId}: {p.numInputRows} rows in {p.batchDuration} ms, "
+            f"watermark {watermark}",
+            flush=True,
+        )
+
+    def onQueryIdle(self, event: object) -> None:
+        """Nothing: an idle trigger reads nothing."""
+
+    def onQueryTerminated(self, event: object) -> None:
+        """Nothing: ``kappa run`` says how it stopped."""

@@ -283,6 +283,9 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
         code, leftovers = live.stop()
     assert code == 0 and "kappa run: stopped; a restart runs from the checkpoint" in live.tail(), (code, live.tail())
     assert not leftovers, f"processes of kappa run still ran after its stop: {leftovers}"
+    printed = live.log.read_text()
+    assert "kappa run: kappa_kafkalive_summary batch " in printed, printed[-3000:]  # its own line per batch
+    assert "INFO MicroBatchExecution" not in printed  # Spark logs at WARN (spark.log.level)
     live_rows = Counter(rows_of(catalog, "prod.summary"))
     assert live_rows, live.tail()
     counted = sum(r[3] for r in live_rows)
