@@ -106,7 +106,8 @@ class Live:
 
     def stop(self) -> tuple[int | None, list[str]]:
         """SIGTERM to ``kappa run`` alone (a service manager's stop; it stops its spark-submit's whole
-        tree): its exit code and what of its process group still ran 10 s after (then killed)."""
+        tree): its exit code and what still ran 10 s after (then killed): its process group, and any
+        process naming the run's folder (spark-submit runs in a session of its own)."""
         assert self.proc is not None
         if self.alive():
             os.kill(self.proc.pid, signal.SIGTERM)
@@ -115,9 +116,10 @@ class Live:
         except subprocess.TimeoutExpired:
             code = None
         deadline = time.monotonic() + 10
-        while _group(self.proc.pid) and time.monotonic() < deadline:
+        folder = str(self.config.parent)
+        while (_group(self.proc.pid) or _naming(folder)) and time.monotonic() < deadline:
             time.sleep(0.5)
-        leftovers = _group(self.proc.pid)
+        leftovers = _group(self.proc.pid) + _naming(folder)
         self.kill()
         return code, leftovers
 
@@ -127,6 +129,21 @@ class Live:
 
 def _group(pgid: int) -> list[str]:
     return subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
+
+
+def _naming(folder: str) -> list[str]:
+    """Processes (other than this one) whose command line names ``folder``: the run's spark-submit
+    JVM and driver name its properties file and checkpoint there, whatever session they run in."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # ended meanwhile
+                continue
+            if folder in cmdline:
+                found.append(f"{entry.name} {cmdline[:200]}")
+    return found
 
 
 def wait_for(what: str, ready: Callable[[], bool], live: Live | None, timeout: float = 240) -> None:

@@ -308,7 +308,10 @@ def test_sequential_slices_share_a_checkpoint_kept_at_each_boundary(
     assert fake_spark.calls[0]["conf"]["spark.kappa.checkpoint"] == store.attempt(
         "s0000", store.current_epoch("s0000") or ""
     )
-    assert (root / "boundaries" / "s0001" / "_KAPPA_BOUNDARY").exists()
+    kept = store.kept_boundary("s0001")  # boundaries/s0001/<s0000's epoch>/, complete
+    assert (
+        kept == f"{root}/boundaries/s0001/{store.current_epoch('s0000')}" and (Path(kept) / "_KAPPA_BOUNDARY").exists()
+    )
     run_op(slice_op(job, slices[1]))
     run_op(slice_op(job, slices[2]))
     assert commits("s0002") == ["s0000", "s0001", "s0002"]  # the state flowed slice to slice
