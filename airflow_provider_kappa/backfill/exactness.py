@@ -36,29 +36,23 @@ class Exactness:
     """What a backfill's micro-batches are, and so how exact to expect its output.
 
     :param ledger: the sink's live ledger the slices replay; ``None``: aligned to the grid.
-    :param statement: one line for the plan, the header, the report.
-    :param batches: live batches replayed (with the ledger).
+    :param statement: one line for the plan, the header, the report (with the ledger: the live
+        batches replayed; each slice counts its own, :attr:`~airflow_provider_kappa.backfill.plan.SlicePlan.ledger_batches`).
     :param exact: the ledger covers the range read (the output is expected to equal live's).
     """
 
     ledger: str | None
     statement: str
-    batches: int = 0
     exact: bool = False
-
-    @property
-    def replays(self) -> bool:
-        """Whether the slices replay the live ledger."""
-        return self.ledger is not None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (part of the plan's XCom value)."""
-        return {"ledger": self.ledger, "statement": self.statement, "batches": self.batches, "exact": self.exact}
+        return {"ledger": self.ledger, "statement": self.statement, "exact": self.exact}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Exactness:
         """Inverse of :meth:`to_dict`."""
-        return cls(data.get("ledger"), str(data["statement"]), int(data.get("batches", 0)), bool(data.get("exact")))
+        return cls(data.get("ledger"), str(data["statement"]), bool(data.get("exact")))
 
 
 def job_ledger(bf: Backfill) -> tuple[str | None, str | None]:
@@ -131,8 +125,8 @@ def decide(bf: Backfill, data_last_micros: int | None, *, pin: bool) -> tuple[Ex
     span = f"[{p.read_start.isoformat()}, {p.read_end.isoformat()})"
     cost = f"{batches} live batch(es) replayed, ~{_about(batches * REPLAY_SECONDS_PER_BATCH)} of Spark time"
     if gap is None:
-        return Exactness(chosen, f"exact: the live ledger covers {span}; {cost}", batches, True), book
-    return Exactness(chosen, f"live ledger replayed as asked, but not exact: {gap}; {cost}", batches), book
+        return Exactness(chosen, f"exact: the live ledger covers {span}; {cost}", True), book
+    return Exactness(chosen, f"live ledger replayed as asked, but not exact: {gap}; {cost}"), book
 
 
 def _about(seconds: float) -> str:

@@ -334,8 +334,7 @@ class Ledger:
     def count(self, start_ms: int, end_ms: int) -> int:
         """How many entries have their trigger time in ``[start_ms, end_ms)``: the batches a read of
         that range replays."""
-        ends = [k[0] for k in self.keys]
-        return bisect.bisect_left(ends, end_ms) - bisect.bisect_left(ends, start_ms)
+        return bisect.bisect_left(self.keys, (end_ms,)) - bisect.bisect_left(self.keys, (start_ms,))
 
     def gap(self, start_ms: int, end_ms: int, data_last_ms: int | None) -> str | None:
         """Why replaying this ledger over the ingestion range ``[start_ms, end_ms)`` would not be
@@ -355,7 +354,7 @@ class Ledger:
                 f"live's first recorded batch ran at {_iso(first.end_ms)}, after the range read begins "
                 f"({_iso(start_ms)}): records before it were never read live"
             )
-        last_ms, need = self.keys[-1][0], min(end_ms - 1, end_ms - 1 if data_last_ms is None else data_last_ms)
+        last_ms, need = self.keys[-1][0], end_ms - 1 if data_last_ms is None else min(end_ms - 1, data_last_ms)
         if last_ms < need:
             return (
                 f"live's last recorded batch ran at {_iso(last_ms)}, before the range read's landed data ends "

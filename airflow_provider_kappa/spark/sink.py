@@ -308,7 +308,7 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
             table = self._fenced(catalog, files, batchId) if self._opts.epoch else load_table(catalog, self._opts.table)
             stale = {f.spec_id for f in files} - {table.metadata.default_spec_id}
             if stale:
-                _delete(table, files)
+                _delete(table.io, files)
                 raise KappaSinkError(
                     f"kappa_iceberg writer: the partition spec of {self._opts.table!r} changed while the query ran "
                     f"(files written with spec {sorted(stale)}, table now at {table.metadata.default_spec_id}); "
@@ -322,7 +322,7 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
                     self._opts.table,
                 )
                 if not retried:
-                    _delete(table, files)
+                    _delete(table.io, files)
                 return
             try:
                 with table.transaction() as tx:
@@ -370,7 +370,7 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
                 self._opts.table,
             )
             return
-        _delete(table, files)
+        _delete(table.io, files)
 
     def already_committed(self, table: Table, batch_id: int) -> bool:
         """Whether ``batch_id`` of this writer (and query) is already in ``table``'s main branch.
@@ -435,12 +435,12 @@ def _micros_option(opts: Mapping[str, str], key: str) -> int | None:
         raise KappaConfigError(f"kappa_iceberg writer: option {key!r} is {value!r}; expected epoch microseconds") from e
 
 
-def _delete(table: Table | None, files: Sequence[WireDataFile], io: Any = None) -> None:
-    """Delete uncommitted data files (with ``table``'s FileIO, else ``io``); one already gone (deleted
-    by an earlier call) is fine."""
+def _delete(io: Any, files: Sequence[WireDataFile]) -> None:
+    """Delete uncommitted data files with FileIO ``io``; one already gone (deleted by an earlier
+    call) is fine."""
     for wire in files:
         try:
-            (io or table.io).delete(wire.file_path)  # type: ignore[union-attr]
+            io.delete(wire.file_path)
         except FileNotFoundError:
             log.info("kappa_iceberg: uncommitted data file %s was already deleted", wire.file_path)
 
@@ -449,7 +449,7 @@ def _delete_files(io_properties: Mapping[str, str], files: Sequence[WireDataFile
     """Delete a refused batch's data files with a FileIO of ``io_properties`` (its table may be gone)."""
     from pyiceberg.io import load_file_io
 
-    _delete(None, files, load_file_io(dict(io_properties), files[0].file_path if files else None))
+    _delete(load_file_io(dict(io_properties), files[0].file_path if files else None), files)
 
 
 def read_query_id(checkpoint: str | None) -> str | None:

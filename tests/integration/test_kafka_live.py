@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from servers.kafka import create_topic, produce, write_kafka_job_config
+from servers.processes import naming
 
 from airflow_provider_kappa.cli import main
 
@@ -117,9 +118,9 @@ class Live:
             code = None
         deadline = time.monotonic() + 10
         folder = str(self.config.parent)
-        while (_group(self.proc.pid) or _naming(folder)) and time.monotonic() < deadline:
+        while (_group(self.proc.pid) or naming(folder)) and time.monotonic() < deadline:
             time.sleep(0.5)
-        leftovers = _group(self.proc.pid) + _naming(folder)
+        leftovers = _group(self.proc.pid) + naming(folder)
         self.kill()
         return code, leftovers
 
@@ -129,21 +130,6 @@ class Live:
 
 def _group(pgid: int) -> list[str]:
     return subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
-
-
-def _naming(folder: str) -> list[str]:
-    """Processes (other than this one) whose command line names ``folder``: the run's spark-submit
-    JVM and driver name its properties file and checkpoint there, whatever session they run in."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:  # ended meanwhile
-                continue
-            if folder in cmdline:
-                found.append(f"{entry.name} {cmdline[:200]}")
-    return found
 
 
 def wait_for(what: str, ready: Callable[[], bool], live: Live | None, timeout: float = 240) -> None:

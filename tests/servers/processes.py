@@ -50,6 +50,22 @@ def group_pids(pgid: int) -> list[int]:
     return sorted(p for p, info in process_table().items() if info.pgrp == pgid and info.state != "Z")
 
 
+def naming(text: str) -> list[str]:
+    """``<pid> <command line>`` of every process but this one whose command line holds ``text`` (a
+    run's folder: its spark-submit JVM and driver name their properties file and checkpoint there,
+    whatever session they run in)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # ended meanwhile
+                continue
+            if text in cmdline:
+                found.append(f"{entry.name} {cmdline[:200]}")
+    return found
+
+
 def listening_ports(pgids: Iterable[int]) -> dict[int, str]:
     """TCP ports the members of process groups ``pgids`` listen on -> bound address (``/proc/net/tcp*``).
 
