@@ -266,12 +266,24 @@ def test_a_retry_fences_out_the_old_run_still_running_its_micro_batch(
     assert not Path(store.attempt(sp.slice_id, old_epoch or "")).exists()
 
 
-def test_kappa_backfill_sigkilled_leaves_no_spark_process_and_no_catalogs_file(held: dict[str, Any]) -> None:
-    """``kappa backfill`` SIGKILLed while its slice's micro-batch runs: the spark-submit, driver and
-    Python workers under it end by themselves (parent-death signal), and its private folder with
-    the catalogs file is removed by the next run on the machine."""
+#: after a SIGKILL of ``kappa backfill``, every process it started is gone within this many seconds
+GONE_WITHIN = 5.0
+
+
+@pytest.mark.parametrize("engine", ["submit", "connect"])
+def test_kappa_backfill_sigkilled_leaves_no_spark_process_and_no_catalogs_file(
+    held: dict[str, Any], engine: str
+) -> None:
+    """``kappa backfill`` SIGKILLed while its slice's micro-batch runs: every process under it ends by
+    itself within :data:`GONE_WITHIN` seconds (parent-death signal), on both engines: spark-submit,
+    driver and Python workers; or the local Connect server, its warm daemon and its Python workers,
+    and the slice's Connect runner. Its private folder with the catalogs file is removed by the next
+    run on the machine."""
     from airflow_provider_kappa.engine.processes import private_folder
 
+    config = held["config"]
+    config.write_text(config.read_text().replace("engine: submit", f"engine: {engine}"))
+    assert f"engine: {engine}" in config.read_text()
     env = {**os.environ, "TMPDIR": str(held["folder"] / "tmp")}
     (held["folder"] / "tmp").mkdir()
     proc = subprocess.Popen(
@@ -288,12 +300,16 @@ def test_kappa_backfill_sigkilled_leaves_no_spark_process_and_no_catalogs_file(h
         )
         assert proc.poll() is None
         tree = descendants(proc.pid)
-        assert len(tree) >= 2, tree  # spark-submit (its JVM) and the job's Python processes
+        assert len(tree) >= 2, tree  # spark-submit (its JVM) or the server and the runner, and Python processes
+        if engine == "connect":
+            assert any("engine.connect_runner" in " ".join(_cmdline(pid)) for pid in tree), tree
         private = [p for p in (held["folder"] / "tmp").iterdir() if (p / "catalogs.json").exists()]
         assert len(private) == 1, private
         proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
         proc.wait(timeout=30)
-        assert survivors(tree) == []
+        left = survivors(tree, timeout=GONE_WITHIN - (time.monotonic() - killed))
+        assert left == [], f"still running {GONE_WITHIN:.0f}s after the SIGKILL: {left}"
     finally:
         if proc.poll() is None:
             proc.kill()
