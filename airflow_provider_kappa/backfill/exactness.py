@@ -113,7 +113,8 @@ def decide(bf: Backfill, data_last_micros: int | None, *, pin: bool) -> tuple[Ex
             book, gap = None, f"the live ledger cannot be read: {e}"
     chosen = uri if book is not None and (p.ledger == "true" or gap is None) else None
     if pin:
-        chosen = bf.store().pin("ledger", {"ledger": chosen})["ledger"]
+        # from_ms: the first live batch the slices may replay (kappa cleanup keeps the ledger from there)
+        chosen = bf.store().pin("ledger", {"ledger": chosen, "from_ms": start_ms})["ledger"]
     if chosen is None:
         return Exactness(None, f"{aligned}; the live ledger is not replayed: {gap}"), None
     if book is None or chosen != uri:

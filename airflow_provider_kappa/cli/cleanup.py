@@ -1,10 +1,12 @@
-"""``kappa cleanup --config kappa.yaml [--older-than DUR] [--dry-run]``: remove the staging
-tables, checkpoints, plan files and tags of the job's backfills last active longer ago than the
-retention (``job.retention``, 7 days by default; ``--older-than`` overrides it), keeping every
-backfill that holds a lock (see :mod:`airflow_provider_kappa.backfill.cleanup`).
+"""``kappa cleanup --config kappa.yaml [--older-than DUR] [--ledger-older-than DUR] [--dry-run]``:
+remove the staging tables, checkpoints, plan files and tags of the job's backfills last active longer
+ago than the retention (``job.retention``, 7 days by default; ``--older-than`` overrides it), keeping
+every backfill that holds a lock (see :mod:`airflow_provider_kappa.backfill.cleanup`); then compact
+the live ledger and, with ``--ledger-older-than``, drop its entries older than that which no kept
+backfill may replay (:mod:`airflow_provider_kappa.backfill.ledger_upkeep`).
 
 Prints one row per backfill found: what it left and whether it was removed (``--dry-run``:
-would be) or kept, and why. Exits 0 when done (also when nothing was due), 2 on bad input
+would be) or kept, and why; then one line per live ledger. Exits 0 when done (also when nothing was due), 2 on bad input
 (a bad config or ``--older-than``), 1 when the catalog kept refusing a commit or could not be
 reached (``kappa`` prints the error; run it again).
 """
@@ -18,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from airflow_provider_kappa.backfill.cleanup import age_text, cleanup
+from airflow_provider_kappa.backfill.ledger_upkeep import LedgerUpkeep, ledger_upkeep
 from airflow_provider_kappa.cli.output import new_console, print_table, say
 from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.timeparse import human_duration, parse_duration
@@ -34,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--older-than",
         help="remove backfills last active at least this long ago, e.g. 7d, 12h, 0s (default: job.retention, 7d)",
+    )
+    parser.add_argument(
+        "--ledger-older-than",
+        help="also drop live ledger entries older than this (e.g. 30d) that no kept backfill may replay "
+        "(default: keep them all; the ledger is compacted either way)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
 
@@ -82,9 +90,29 @@ def run(args: argparse.Namespace) -> int:
         f" ({cfg.path}): backfills last active at least "
         f"{human_duration(retention)} ago{' (dry run: nothing is removed)' if args.dry_run else ''}",
     )
+    ledger_retention = (
+        None
+        if args.ledger_older_than is None
+        else parse_duration(args.ledger_older_than, "--ledger-older-than", allow_zero=True)
+    )
     decisions = cleanup(cfg, older_than=retention, dry_run=args.dry_run)
     if decisions:
         print_table(console, cleanup_table(decisions, dry_run=args.dry_run))
     else:
         say(console, f"  nothing to clean: no backfill of {cfg.job.name} left anything behind")
+    for upkeep in ledger_upkeep(cfg, decisions, older_than=ledger_retention, dry_run=args.dry_run):
+        say(console, ledger_line(upkeep, dry_run=args.dry_run))
     return 0
+
+
+def ledger_line(upkeep: LedgerUpkeep, *, dry_run: bool) -> str:
+    """``live ledger <uri>: 8640 entries; 8000 compacted; 100 older than <iso> dropped (why)``."""
+    verb = "would be " if dry_run else ""
+    parts = [f"  live ledger {upkeep.uri}: {upkeep.entries} entries"]
+    if not dry_run:
+        parts.append(f"{upkeep.compacted} compacted")
+    if upkeep.kept_from is not None:
+        parts.append(f"{upkeep.trimmed} older than {upkeep.kept_from.isoformat()} {verb}dropped")
+    if upkeep.note:
+        parts.append(f"kept more: {upkeep.note}" if upkeep.kept_from is not None else f"none dropped: {upkeep.note}")
+    return "; ".join(parts)

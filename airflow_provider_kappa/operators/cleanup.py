@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_kappa.backfill.cleanup import age_text, cleanup
+from airflow_provider_kappa.backfill.ledger_upkeep import ledger_upkeep
 from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
 from airflow_provider_kappa.timeparse import human_duration, parse_duration
@@ -80,4 +81,6 @@ class KappaCleanupOperator(KappaBackfillBaseOperator):
             )
         if not decisions:
             self.log.info("job %s: no backfill left anything behind", cfg.job.name)
+        for upkeep in ledger_upkeep(cfg, decisions):  # compaction only: the ledger's retention is kappa cleanup's
+            self.log.info("live ledger %s: %d entries, %d compacted", upkeep.uri, upkeep.entries, upkeep.compacted)
         return [d.to_dict() for d in decisions]

@@ -13,7 +13,11 @@ watermark of the batch before, so a backfill replays live's no-data batches as w
 
 One JSON file per batch, ``<ledger>/<trigger time in ms, 13 digits>-<batch id>.json``
 (:class:`LedgerEntry`): sorted by name, the ledger is in the order live ran its batches, across
-restarts and checkpoint resets (each entry names its query id). A backfill with the ledger
+restarts and checkpoint resets (each entry names its query id). ``kappa cleanup`` compacts the
+older entries (:func:`compact`): :data:`CHUNK_ENTRIES` consecutive entries become one JSON-lines
+file ``<first trigger ms>-<first batch>_<last trigger ms>-<last batch>.jsonl``, written whole before
+the single files go (a reader that lists both reads each entry once), and it trims what no backfill
+may replay any more (:func:`trim`). A backfill with the ledger
 (:mod:`airflow_provider_kappa.spark.source.replay`) replays these batches: batch k reads exactly the
 landed rows whose ``(kafka_topic, kafka_partition, kafka_offset)`` fall in entry k's ranges.
 
@@ -35,6 +39,12 @@ from airflow_provider_kappa.spark.storage import filesystem, read_text, write_te
 VERSION = 1
 #: ``<trigger ms>-<batch id>.json``
 _NAME = re.compile(r"^(\d{13})-(\d+)\.json$")
+#: ``<first trigger ms>-<first batch id>_<last trigger ms>-<last batch id>.jsonl``: compacted entries
+_CHUNK = re.compile(r"^(\d{13})-(\d+)_(\d{13})-(\d+)\.jsonl$")
+#: entries per compacted file (a day of live at a 10 s trigger: 9 files)
+CHUNK_ENTRIES = 1000
+#: the newest entries compaction leaves as they are: a live restart replays (rewrites) its last batch
+KEEP_NEWEST = 100
 
 #: topic -> partition -> ``(start offset or None: from the partition's beginning, end offset)``
 Ranges = dict[str, dict[int, tuple[int | None, int]]]
@@ -310,15 +320,25 @@ class Ledger:
                 f"live ledger {uri!r} does not exist: `kappa run` records it while the job runs live from Kafka "
                 "(job.ledger of kappa.yaml); run the backfill without the ledger, or point job.ledger at it"
             )
-        keys = []
-        for item in self._fs.get_file_info(FileSelector(self._root)):
-            found = _NAME.match(item.base_name)
-            if found and item.type == FileType.File:
-                keys.append((int(found.group(1)), int(found.group(2)), item.base_name))
-        keys.sort()
-        #: ``(end_ms, batch_id, file name)`` of every entry, in the order live ran them
-        self.keys: list[tuple[int, int, str]] = keys
         self._cache: dict[str, LedgerEntry] = {}
+        self._singles: set[str] = set()
+        found: dict[tuple[int, int], str] = {}
+        #: the compacted files, by name
+        self.chunks: list[str] = []
+        for item in self._fs.get_file_info(FileSelector(self._root)):
+            if item.type != FileType.File:
+                continue
+            if (single := _NAME.match(item.base_name)) is not None:
+                found[(int(single.group(1)), int(single.group(2)))] = item.base_name
+                self._singles.add(item.base_name)
+            elif _CHUNK.match(item.base_name):
+                self.chunks.append(item.base_name)
+        for chunk in sorted(self.chunks):
+            for entry in self._read_chunk(chunk):
+                self._cache.setdefault(entry.name, entry)  # a single file not yet deleted holds the same entry
+                found.setdefault((entry.end_ms, entry.batch_id), entry.name)
+        #: ``(end_ms, batch_id, entry name)`` of every entry, in the order live ran them
+        self.keys: list[tuple[int, int, str]] = sorted((end, batch, name) for (end, batch), name in found.items())
 
     @classmethod
     def find(cls, uri: str) -> Ledger | None:
@@ -362,8 +382,20 @@ class Ledger:
             )
         return None
 
+    def _has_file(self, name: str) -> bool:
+        """Whether entry ``name`` has its own (single-entry) file."""
+        return name in self._singles
+
+    def _read_chunk(self, name: str) -> list[LedgerEntry]:
+        path = f"{self._root.rstrip('/')}/{name}"
+        try:
+            text = read_text(self._fs, path)
+        except OSError as e:
+            raise KappaSourceError(f"live ledger file {path!r} cannot be read: {e}") from e
+        return [LedgerEntry.from_json(line, f"{path!r} line {n}") for n, line in enumerate(text.splitlines(), 1)]
+
     def entry(self, name: str) -> LedgerEntry:
-        """The entry in file ``name``."""
+        """The entry named ``name`` (its own file, or read with its compacted file)."""
         if name not in self._cache:
             path = f"{self._root.rstrip('/')}/{name}"
             try:
@@ -372,6 +404,59 @@ class Ledger:
                 raise KappaSourceError(f"live ledger entry {path!r} cannot be read: {e}") from e
             self._cache[name] = LedgerEntry.from_json(text, repr(path))
         return self._cache[name]
+
+
+# ------------------------------------------------------------------------------ upkeep (kappa cleanup)
+
+
+def compact(uri: str, *, chunk: int = CHUNK_ENTRIES, keep_newest: int = KEEP_NEWEST) -> int:
+    """Compact the ledger's single-entry files, oldest first, ``chunk`` at a time, leaving the newest
+    ``keep_newest`` as they are (and a last run shorter than ``chunk``). Each compacted file is
+    written under a temporary name and moved into place before its single files are deleted: a
+    compaction stopped at any point leaves every entry readable, at most twice (read once).
+
+    :param uri: the ledger folder.
+    :returns: how many single files were compacted.
+    """
+    book = Ledger(uri)
+    singles = [key for key in book.keys if _NAME.match(key[2]) and book._has_file(key[2])]
+    singles = singles[: max(0, len(singles) - keep_newest)]
+    done = 0
+    for first in range(0, len(singles) - chunk + 1, chunk):
+        run = singles[first : first + chunk]
+        entries = [book.entry(name) for _, _, name in run]
+        (lo_ms, lo_batch, _), (hi_ms, hi_batch, _) = run[0], run[-1]
+        name = f"{entry_name(lo_ms, lo_batch)[:-5]}_{entry_name(hi_ms, hi_batch)}l"
+        final, temporary = f"{book._root.rstrip('/')}/{name}", f"{book._root.rstrip('/')}/.{name}.tmp"
+        write_text(book._fs, temporary, "\n".join(e.to_json() for e in entries) + "\n")
+        book._fs.move(temporary, final)
+        for _, _, single in run:
+            book._fs.delete_file(f"{book._root.rstrip('/')}/{single}")
+        done += len(run)
+    return done
+
+
+def trim(uri: str, before_ms: int, *, dry_run: bool = False) -> int:
+    """Delete the ledger's entries that live started before ``before_ms``: single files, and
+    compacted files whose last entry is before it (one that straddles it stays whole).
+
+    :param dry_run: count only.
+    :returns: how many entries were (``dry_run``: would be) deleted.
+    """
+    book = Ledger(uri)
+    root = book._root.rstrip("/")
+    doomed = [name for end_ms, _, name in book.keys if end_ms < before_ms and book._has_file(name)]
+    gone = len(doomed)
+    for name in book.chunks:
+        found = _CHUNK.match(name)
+        assert found is not None
+        if int(found.group(3)) < before_ms:
+            gone += sum(1 for e in book._read_chunk(name) if not book._has_file(e.name))
+            doomed.append(name)
+    if not dry_run:
+        for name in doomed:
+            book._fs.delete_file(f"{root}/{name}")
+    return gone
 
 
 def _iso(ms: int) -> str:

@@ -436,3 +436,57 @@ def test_a_slice_beats_while_it_runs(tmp_path: Path) -> None:
         time.sleep(0.3)
         assert store.heartbeat() > first  # type: ignore[operator]
     assert store.heartbeat() is not None and Path(store.heartbeat_file()).is_file()
+
+
+def write_ledger(cfg: Any, first_ms: int, count: int, every_ms: int = 60_000) -> list[Any]:
+    """``count`` single-entry files in the job's live ledger of sink ``summary``, ``every_ms`` apart."""
+    from airflow_provider_kappa.spark.ledger import LedgerEntry, sink_ledger
+
+    folder = Path(sink_ledger(cfg.job.ledger, "summary"))
+    folder.mkdir(parents=True)
+    entries = []
+    for i in range(count):
+        entry = LedgerEntry("q", i, first_ms + i * every_ms, None, 0, {"t": {0: (i, i + 1)}})
+        (folder / entry.name).write_text(entry.to_json())
+        entries.append(entry)
+    return entries
+
+
+def test_cleanup_compacts_the_ledger_and_drops_only_what_no_kept_backfill_may_replay(
+    catalog: Any, lake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_kappa.backfill.ledger_upkeep import ledger_upkeep
+    from airflow_provider_kappa.job.checkpoints import CheckpointStore
+    from airflow_provider_kappa.spark.ledger import Ledger, sink_ledger
+
+    monkeypatch.setenv("COLUMNS", "250")
+    cfg = load_config(lake)
+    uri = sink_ledger(cfg.job.ledger, "summary")
+    first_ms = int((datetime.now(timezone.utc) - 3 * DAY).timestamp() * 1000)
+    entries = write_ledger(cfg, first_ms, 2500)  # one a minute, from 3 days ago
+    leave_backfill(catalog, lake, "bf_kept")  # young: kept by the default retention
+    store = CheckpointStore(backfill_root(cfg.job.checkpoint_root, cfg.job.name, "bf_kept"))
+
+    # a kept backfill that has not chosen yet keeps the whole ledger; nothing is compacted in a dry run
+    (dry,) = ledger_upkeep(cfg, cleanup(cfg, dry_run=True), older_than=DAY, dry_run=True)
+    assert (dry.entries, dry.trimmed, dry.compacted, dry.kept_from) == (2500, 0, 0, None)
+    assert "bf_kept is kept and has not chosen yet" in dry.note
+
+    store.pin("ledger", {"ledger": uri, "from_ms": entries[1000].end_ms})
+    assert main(["cleanup", "--config", str(lake), "--ledger-older-than", "1d", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"live ledger {uri}: 2500 entries; 1000 older than" in out and "would be dropped" in out
+    assert len(Ledger(uri)) == 2500  # a dry run changes nothing
+
+    assert main(["cleanup", "--config", str(lake), "--ledger-older-than", "1d"]) == 0
+    out = capsys.readouterr().out
+    assert f"live ledger {uri}: 2500 entries; 1000 compacted; 1000 older than" in out
+    assert "kept more: backfill bf_kept is kept and replays it from there" in out
+    book = Ledger(uri)
+    assert [book.entry(name) for _, _, name in book.keys] == entries[1000:]  # in order, each once
+    assert len(list(Path(uri).iterdir())) == 1 + 500  # one compacted file, 500 single files
+
+    # without --ledger-older-than nothing is dropped, whatever the age
+    assert main(["cleanup", "--config", str(lake), "--older-than", "0s"]) == 0
+    assert f"live ledger {uri}: 1500 entries; 0 compacted" in capsys.readouterr().out
+    assert len(Ledger(uri)) == 1500

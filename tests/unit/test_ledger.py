@@ -10,7 +10,7 @@ import pytest
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSourceError
 from airflow_provider_kappa.spark.conf_keys import PREFIX
-from airflow_provider_kappa.spark.ledger import Ledger, LedgerEntry, batch_entry, record_batch
+from airflow_provider_kappa.spark.ledger import Ledger, LedgerEntry, batch_entry, compact, record_batch, trim
 from airflow_provider_kappa.spark.source.options import IcebergReadSpec
 
 QUERY = "5f0c6a2e-0000-4000-8000-000000000001"
@@ -174,3 +174,71 @@ def test_the_ledger_parameter_needs_a_job_with_one_sink(tmp_path: Path) -> None:
     two = replace(cfg, sinks={**cfg.sinks, "other": replace(cfg.sinks["summary"], name="other")})
     with pytest.raises(KappaConfigError, match=r"backfill parameter ledger: .* has sinks \['other', 'summary'\]"):
         parse_params(two, {**window, "ledger": "true"})
+
+
+def write_entries(ledger: Path, count: int, first_ms: int = 1_700_000_000_000) -> list[LedgerEntry]:
+    """``count`` entries 10 s apart, batch ids 0.., each reading 10 offsets of partition 0."""
+    ledger.mkdir(parents=True, exist_ok=True)
+    out = []
+    for batch in range(count):
+        entry = LedgerEntry(
+            QUERY,
+            batch,
+            first_ms + batch * 10_000,
+            None if batch == 0 else first_ms + (batch - 1) * 10_000,
+            0,
+            {"clicks": {0: (batch * 10, batch * 10 + 10)}},
+        )
+        (ledger / entry.name).write_text(entry.to_json())
+        out.append(entry)
+    return out
+
+
+def test_compaction_keeps_every_entry_readable_in_order_and_leaves_the_newest_alone(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    entries = write_entries(ledger, 25)
+    assert compact(str(ledger), chunk=10, keep_newest=4) == 20  # two full runs of 10; 5 left (4 newest + 1)
+    files = sorted(p.name for p in ledger.iterdir())
+    assert files[:2] == [
+        f"{entries[0].name[:-5]}_{entries[9].name}l",
+        f"{entries[10].name[:-5]}_{entries[19].name}l",
+    ]
+    assert files[2:] == [e.name for e in entries[20:]]
+    read = Ledger(str(ledger))
+    assert [read.entry(name) for _, _, name in read.keys] == entries
+    assert read.count(entries[5].end_ms, entries[12].end_ms) == 7
+    assert compact(str(ledger), chunk=10, keep_newest=4) == 0  # nothing new to compact
+
+
+def test_a_compaction_stopped_before_deleting_its_single_files_reads_each_entry_once(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    entries = write_entries(ledger, 12)
+    kept = {e.name: (ledger / e.name).read_text() for e in entries}
+    compact(str(ledger), chunk=10, keep_newest=0)
+    for name, text in kept.items():  # as if the compaction stopped after moving its file into place
+        (ledger / name).write_text(text)
+    read = Ledger(str(ledger))
+    assert [read.entry(name) for _, _, name in read.keys] == entries
+    assert len(read) == 12
+
+
+def test_a_corrupt_compacted_file_is_refused_naming_its_line(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    write_entries(ledger, 10)
+    compact(str(ledger), chunk=10, keep_newest=0)
+    (chunk,) = ledger.iterdir()
+    chunk.write_text(chunk.read_text().replace('"version":1', '"version":9', 1))
+    with pytest.raises(KappaSourceError, match=r"line 1 is not a kappa ledger entry: version 9"):
+        Ledger(str(ledger))
+
+
+def test_trim_deletes_only_entries_before_the_cut_and_keeps_a_straddling_compacted_file(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    entries = write_entries(ledger, 30)
+    compact(str(ledger), chunk=10, keep_newest=5)  # entries 0-9 and 10-19 compacted
+    cut = entries[15].end_ms  # inside the second compacted file
+    assert trim(str(ledger), cut) == 10  # the first file only; the second straddles the cut
+    read = Ledger(str(ledger))
+    assert [read.entry(name) for _, _, name in read.keys] == entries[10:]
+    assert trim(str(ledger), entries[25].end_ms) == 10 + 5  # the second file, then singles 20-24
+    assert [k[0] for k in Ledger(str(ledger)).keys] == [e.end_ms for e in entries[25:]]
