@@ -106,7 +106,8 @@ def decide(bf: Backfill, data_last_micros: int | None, *, pin: bool) -> tuple[Ex
         gap = f"no live ledger at {uri} (`kappa run` records it from Kafka)"
     if book is not None:
         try:
-            gap = book.gap(start_ms, end_ms, None if data_last_micros is None else data_last_micros // 1000)
+            last_ms = None if data_last_micros is None else data_last_micros // 1000
+            gap = book.gap(start_ms, end_ms, last_ms, to_micros(p.end) // 1000)
         except KappaSourceError as e:  # auto: said in the exactness line, and the backfill aligns
             if p.ledger == "true":
                 raise

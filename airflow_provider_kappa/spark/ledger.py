@@ -356,14 +356,18 @@ class Ledger:
         that range replays."""
         return bisect.bisect_left(self.keys, (end_ms,)) - bisect.bisect_left(self.keys, (start_ms,))
 
-    def gap(self, start_ms: int, end_ms: int, data_last_ms: int | None) -> str | None:
+    def gap(self, start_ms: int, end_ms: int, data_last_ms: int | None, owned_end_ms: int | None = None) -> str | None:
         """Why replaying this ledger over the ingestion range ``[start_ms, end_ms)`` would not be
         exact, or ``None`` when live's recorded batches cover it: live ran before the range began (or
-        its first batch read every partition from its first offset), and its last batch ran after the
-        last landed record of the range.
+        its first batch read every partition from its first offset), its last batch ran after the
+        last landed record of the range, and no batch live started after the range ends read records
+        that landed before ``owned_end_ms`` (a backlog live caught up late: after an outage, or a
+        replay of old history, one batch reads hours of records; a replay of the range would not
+        have it, and the output windows it closed would be missing).
 
         :param data_last_ms: the last landed ingestion time in the range (``None``: unknown, the
             range's end counts).
+        :param owned_end_ms: the end of the backfill's window (``None``: not checked).
         """
         if not self.keys:
             return f"the live ledger {self.uri} holds no batch"
@@ -380,6 +384,16 @@ class Ledger:
                 f"live's last recorded batch ran at {_iso(last_ms)}, before the range read's landed data ends "
                 f"({_iso(need)}): later records were not read live yet"
             )
+        after = bisect.bisect_left(self.keys, (end_ms,))
+        if owned_end_ms is not None and after < len(self.keys):
+            late = self.entry(self.keys[after][2])
+            if late.rows != 0 and (late.start_ms is None or late.start_ms < owned_end_ms):
+                since = "its query's first batch" if late.start_ms is None else f"since {_iso(late.start_ms)}"
+                return (
+                    f"live's batch {late.batch_id}, started at {_iso(late.end_ms)} after the range read ends "
+                    f"({_iso(end_ms)}), read records landed {since}, before the window ends "
+                    f"({_iso(owned_end_ms)}): a backlog live caught up after the range"
+                )
         return None
 
     def _has_file(self, name: str) -> bool:
