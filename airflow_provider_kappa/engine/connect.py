@@ -290,6 +290,26 @@ def _follow(
     return gone
 
 
+#: Environment variable: sessions a kappa-owned local server runs before it is recycled (``0``: never).
+RECYCLE_ENV = "KAPPA_CONNECT_RECYCLE_EVERY"
+#: Sessions a kappa-owned local server runs before it is recycled, by default: about 250 idle Python
+#: daemons at most, and one server start (a few seconds) per 50 slices.
+RECYCLE_EVERY = 50
+
+
+def recycle_every() -> int:
+    """:data:`RECYCLE_EVERY`, or ``$KAPPA_CONNECT_RECYCLE_EVERY`` (``0``: never recycle).
+
+    :raises KappaConfigError: the variable is not a whole number >= 0 (naming it and its value).
+    """
+    raw = os.environ.get(RECYCLE_ENV, "").strip()
+    if not raw:
+        return RECYCLE_EVERY
+    if not raw.isdigit():
+        raise KappaConfigError(f"{RECYCLE_ENV}: {raw!r} is not a whole number of sessions; expected 0 (never) or more")
+    return int(raw)
+
+
 class ConnectEngine(Engine):
     """Engine ``connect``: every slice is one session of a Spark Connect server.
 
@@ -300,6 +320,11 @@ class ConnectEngine(Engine):
     at all starts one for itself alone, a Spark start per slice. The server is not warmed with a
     query before the first slice: measured, a warm-up query from a client process cost more wall
     time than it took off the first slice (benchmarks/README.md).
+
+    The server :meth:`start` started is recycled (stopped and started again, between two slices)
+    after every :func:`recycle_every` sessions: Spark keeps the Python planner daemons of each
+    session (about five per slice) for the server's life, so a long backfill would otherwise grow
+    its process count with every slice. ``kappa backfill`` runs its slices one after the other.
 
     :param cfg: the job config.
     :param state_file: the state file of the server kappa owns for this backfill
@@ -317,6 +342,7 @@ class ConnectEngine(Engine):
         self.store = store
         self.url = url
         self._owned: LocalConnectServer | None = None
+        self._sessions = 0  # sessions run on the owned server since it started
 
     def owned_token(self, url: str) -> str | None:
         """The token of the kappa-owned server at ``url`` (from its state file); ``None`` for another server."""
@@ -373,8 +399,23 @@ class ConnectEngine(Engine):
             # does; the retry must not fail because an old session could not be reached.
             log.warning("slice %s: the previous attempt's Spark Connect session was not stopped: %s", slice_id, e)
 
+    def _recycle(self) -> None:
+        """Restart the owned server once it ran :func:`recycle_every` sessions (see the class docstring)."""
+        every = recycle_every()
+        if self._owned is None or not every or self._sessions < every:
+            return
+        log.info(
+            "recycling the local Spark Connect server after %d sessions (Spark keeps each session's Python "
+            "daemons for the server's life)",
+            self._sessions,
+        )
+        self._owned.stop()
+        self._owned, self._sessions = None, 0
+        self.start()
+
     def run(self, request: SliceRunRequest) -> list[dict[str, Any]]:
         """One session of the slice; see :meth:`Engine.run`."""
+        self._recycle()
         url = self.url or configured_url(self.cfg)
         if url is None and self.state_file.is_file():
             url = ensure_server(self.cfg, self.state_file).url
@@ -403,6 +444,8 @@ class ConnectEngine(Engine):
         )
         state = read_state(self.state_file)
         owned = state is not None and state.url == url
+        if owned and self._owned is not None:
+            self._sessions += 1
         progress = run_application(
             request.application,
             request.conf,

@@ -132,3 +132,63 @@ def test_a_task_finds_the_owned_server_and_restarts_it_when_gone(tmp_path: Path,
     finally:
         stop_owned(state_file)
     assert not state_file.exists() and not started.running()
+
+
+def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_count(
+    tmp_path: Path,
+    catalog_props: dict[str, str],
+    catalog: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark keeps each session's Python planner daemons for the server's life (about five per slice):
+    with ``KAPPA_CONNECT_RECYCLE_EVERY=2``, seven slices run on four servers one after the other, the
+    daemons alive at any time stay those of at most two sessions, and the backfill is exact."""
+    import psutil  # type: ignore[import-untyped]
+    import pyarrow as pa
+    from lake import sessions_arrow
+
+    from airflow_provider_kappa.engine.connect import RECYCLE_ENV
+    from airflow_provider_kappa.engine.connect_server import read_state
+
+    monkeypatch.setenv(RECYCLE_ENV, "2")
+    expected = seed_sessions_incident(catalog)
+    config = write_job_config(tmp_path, catalog_props, engine="connect")
+    checkpoints = tmp_path / "checkpoints"
+    servers: set[int] = set()
+    most = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for state_file in checkpoints.rglob("connect/server.json"):
+                state = read_state(state_file)
+                if state is not None:
+                    servers.add(state.pid)
+            daemons = 0
+            for p in psutil.Process().children(recursive=True):
+                try:
+                    if "pyspark.daemon" in " ".join(p.cmdline()):
+                        daemons += 1
+                except psutil.Error:
+                    pass
+            most[0] = max(most[0], daemons)
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        code = main(["backfill", "--config", str(config), *WINDOW, *OPTIONS[:1], "30min", *OPTIONS[2:]])
+    finally:
+        done.set()
+        sampler.join(timeout=5)
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "slices run 7/7" in out, out
+    assert len(servers) == 4, servers  # sessions 1-2, 3-4, 5-6 and 7: recycled after every second one
+    # without recycling, ~5 daemons per slice: 30+ by the seventh; with it, those of two sessions and
+    # the executors' shared daemon
+    assert 0 < most[0] <= 16, most[0]
+    target = catalog.load_table("prod.playback_sessions")
+    assert sorted_rows(target) == sorted_rows(pa.Table.from_pylist(expected, schema=sessions_arrow()))
+    assert not list(checkpoints.rglob("connect/server.json"))  # the last server stopped at the end
