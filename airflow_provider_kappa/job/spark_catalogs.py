@@ -338,7 +338,7 @@ def jdbc_to_sqlalchemy(uri: str, connection: Mapping[str, str], where: str) -> s
             f"{', '.join(PG_PARAMS)}"
         )
     auth = "" if user is None else quote(user, safe="") + ("" if password is None else ":" + quote(password, safe=""))
-    query = "?" + urlencode({PG_PARAMS[k]: v for k, v in params.items()}) if params else ""
+    query = "?" + urlencode(sorted((PG_PARAMS[k], v) for k, v in params.items())) if params else ""
     return f"postgresql+psycopg2://{auth}{'@' if auth else ''}{host}/{match.group('database')}{query}"
 
 
