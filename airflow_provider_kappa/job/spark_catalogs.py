@@ -181,7 +181,8 @@ def _spark_name(value: object, where: str) -> str:
 def _inline(value: object, where: str) -> dict[str, str]:
     """``spark_conf:`` of an entry: a non-empty mapping of ``spark.sql.catalog.*`` keys to scalars."""
     if not isinstance(value, dict) or not value:
-        raise KappaConfigError(f"{where}: {value!r} must be a mapping of spark.sql.catalog.<name>.* keys")
+        got = "an empty mapping" if isinstance(value, dict) else f"a {type(value).__name__}"  # never the value
+        raise KappaConfigError(f"{where}: must be a mapping of spark.sql.catalog.<name>.* keys, got {got}")
     conf = {}
     for key, v in value.items():
         if not str(key).startswith(PREFIX):
@@ -231,8 +232,8 @@ def _translate(name: str, spark_name: str, conf: Mapping[str, str], where: str) 
                 f"{at}: not a key kappa can pass to pyiceberg for type {kind!r}; allowed: {sorted(rules) + extra} "
                 "(docs/catalogs.md: Spark catalog conf)"
             )
-        elif rules[key] is not None:
-            out[rules[key]] = value
+        elif (target := rules[key]) is not None:
+            out[target] = value
     _special(out, kind, props, f"{where}.{head}")
     return out
 
