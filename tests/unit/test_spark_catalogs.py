@@ -169,6 +169,8 @@ def test_a_spark_catalog_of_job_spark_conf_is_taken_by_name_and_the_job_keeps_it
         "spark.sql.catalog.lakehouse.type": "hadoop",
     }
     assert load(tmp_path, {"spark_catalog": "lake"}, conf) == {"type": "rest", "uri": "http://rest:8181"}
+    cfg = load_config(tmp_path / "kappa.yaml")
+    assert cfg.job.spark_conf == conf  # the job's Spark still gets every key, its catalog included
     with pytest.raises(KappaConfigError, match=r"catalogs.lake.spark_catalog: 'lake2' is not a Spark catalog of "):
         load(tmp_path, {"spark_catalog": "lake2"}, conf)
 
