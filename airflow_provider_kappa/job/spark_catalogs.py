@@ -296,7 +296,7 @@ def _rest_auth(out: dict[str, str], auth: str | None, where: str) -> None:
         return
     raise KappaConfigError(
         f"{where}: {auth!r} cannot be passed to pyiceberg; allowed: {list(REST_AUTH_TYPES)} (pyiceberg's other "
-        "auth managers take nested settings: give such a catalog as pyiceberg properties or an Airflow connection)"
+        "auth managers take nested settings, and kappa's catalog properties are flat strings)"
     )
 
 
