@@ -7,7 +7,6 @@ pyspark, no pyiceberg, no Airflow): safe at DAG-parse time, in the CLI and in Sp
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ import yaml
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError
 from airflow_provider_kappa.job.checkpoints import ledger_folder
+from airflow_provider_kappa.job.spark_catalogs import spark_catalog_properties
+from airflow_provider_kappa.job.variables import expand_env
 from airflow_provider_kappa.spark.staging import DEFAULT_NAMESPACE, _check_namespace
 from airflow_provider_kappa.timeparse import parse_duration
 
@@ -291,36 +292,6 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     return f" at line {mark.line + 1}, column {mark.column + 1}: " + " ".join(what.split())
 
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def expand_env(raw: Any, where: str, path: Path) -> Any:
-    """Substitute ``${VAR}`` and ``${VAR:-default}`` in every string of the YAML;
-    ``${CONFIG_DIR}`` is the folder holding the file.
-
-    :raises KappaConfigError: a variable that is unset and has no default.
-    """
-    if isinstance(raw, dict):
-        return {k: expand_env(v, f"{where}.{k}" if where else str(k), path) for k, v in raw.items()}
-    if isinstance(raw, list):
-        return [expand_env(v, f"{where}[{i}]", path) for i, v in enumerate(raw)]
-    if not isinstance(raw, str):
-        return raw
-
-    def sub(m: re.Match[str]) -> str:
-        name, default = m.group(1), m.group(2)
-        if name == "CONFIG_DIR":
-            return str(path.parent)
-        value = os.environ.get(name)
-        if value:
-            return value
-        if default is None:
-            raise KappaConfigError(f"{where}: {raw!r} uses ${{{name}}}, which is not set and has no default")
-        return default
-
-    return _VAR.sub(sub, raw)
-
-
 def parse_config(raw: object, path: Path) -> JobConfig:
     """Validate an already parsed kappa.yaml mapping (see :func:`load_config`).
 
@@ -333,7 +304,7 @@ def parse_config(raw: object, path: Path) -> JobConfig:
             raise KappaConfigError(f"{required}: missing or empty in {path}; it is required")
 
     job = _job(top.data["job"], path)
-    catalogs = _catalogs(top.data["catalogs"])
+    catalogs = _catalogs(top.data["catalogs"], job.spark_conf)
     sources = _sources(top.data["sources"])
     sinks = _sinks(top.data["sinks"])
     backfill = _backfill_defaults(top.data.get("backfill"))
@@ -399,17 +370,22 @@ def _named(raw: object, section: str, what: str) -> list[tuple[str, Any, str]]:
     return out
 
 
-def _catalogs(raw: object) -> dict[str, CatalogConfig]:
-    """``catalogs:``: each one pyiceberg properties, or ``{conn_id: ...}``."""
+def _catalogs(raw: object, spark_conf: Mapping[str, str]) -> dict[str, CatalogConfig]:
+    """``catalogs:``: each one pyiceberg properties, ``{conn_id: ...}``, or Spark's catalog conf
+    (``{spark_conf: {...}}`` or ``{spark_catalog: <name in job.spark_conf>}``, job/spark_catalogs.py)."""
     catalogs: dict[str, CatalogConfig] = {}
     for cname, body, where in _named(raw, "catalogs", "catalog"):
         if not isinstance(body, dict) or not body:
-            raise KappaConfigError(f"{where}: expected pyiceberg properties or {{conn_id: ...}}, got {body!r}")
+            raise KappaConfigError(
+                f"{where}: expected pyiceberg properties, {{conn_id: ...}}, {{spark_conf: {{...}}}} or "
+                f"{{spark_catalog: ...}}, got {body!r}"
+            )
         if "conn_id" in body:
             sec = _Section(body, where, {"conn_id"})
             catalogs[cname] = CatalogConfig(cname, conn_id=sec.text("conn_id"))
         else:
-            catalogs[cname] = CatalogConfig(cname, properties=_props(body, where))
+            spark = spark_catalog_properties(cname, body, where, spark_conf)  # None: pyiceberg properties
+            catalogs[cname] = CatalogConfig(cname, properties=_props(body, where) if spark is None else spark)
     return catalogs
 
 
