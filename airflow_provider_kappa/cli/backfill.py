@@ -226,6 +226,14 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     print_header(console, bf)
+    try:
+        return run_steps(bf, args, console, timeline)
+    finally:
+        bf.store().end_heartbeat()  # done, failed or stopped: not running any more (kappa cleanup may take it)
+
+
+def run_steps(bf: Backfill, args: argparse.Namespace, console: Console, timeline: Timeline) -> int:
+    """Snapshot, plan, slices (the engine started beside snapshot and plan), then :func:`finish`."""
     engine = slice_engine(bf, spark_conn_id=args.spark_conn_id)
     with ExitStack() as stack:
         stack.enter_context(sigterm_raises(lambda signum: SystemExit(128 + signum)))  # stopped: fails, cleaned up

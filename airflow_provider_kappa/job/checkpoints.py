@@ -196,6 +196,10 @@ class CheckpointStore:
         """Say the backfill is running: (re)write :meth:`heartbeat_file` with the current time."""
         self._write(self.heartbeat_file(), datetime.now(timezone.utc).isoformat())
 
+    def end_heartbeat(self) -> None:
+        """Say the backfill no longer runs (its command ended): remove :meth:`heartbeat_file`."""
+        self._delete(self.heartbeat_file())
+
     def heartbeat(self) -> datetime | None:
         """When the backfill last touched its heartbeat (the file's modification time), ``None`` if never."""
         fs, _ = self._fs()

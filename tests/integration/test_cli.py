@@ -130,3 +130,12 @@ def test_backfill_replaces_the_bad_window_end_to_end(
         catalog.load_table("prod.playback_sessions").current_snapshot().snapshot_id
         == after.current_snapshot().snapshot_id
     )
+    if engine == "submit":  # the heartbeat is the command's, whatever the engine
+        # a dry run that runs its slices, then ends: it no longer counts as running, so a cleanup at 0s
+        # removes it at once (its heartbeat used to keep it for 5 minutes after the command ended)
+        code, out, err = kappa(capsys, "backfill", "--config", str(config), *WINDOW, *OPTIONS, "--dry-run")
+        assert code == 0 and "s0000 rows read" in out and "dry run: nothing published" in out, out + err
+        monkeypatch.setenv("COLUMNS", "300")  # the table's action column whole
+        code, out, err = kappa(capsys, "cleanup", "--config", str(config), "--older-than", "0s")
+        assert code == 0, out + err
+        assert "running: heartbeat" not in out and "removed (older than the retention 0s)" in out, out

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from test_config import BASE, with_change, write
 
-from airflow_provider_kappa.engine.connect import client_env, write_conf_file
+from airflow_provider_kappa.engine.connect import RECYCLE_ENV, RECYCLE_EVERY, client_env, recycle_every, write_conf_file
 from airflow_provider_kappa.engine.connect_server import (
     TOKEN_ENV,
     LocalConnectServer,
@@ -173,3 +173,15 @@ def test_the_default_engine_is_connect_where_it_works_out_of_the_box(tmp_path: P
     assert engine_of({"master": "spark://h:7077"}) == "submit"
     assert engine_of({"master": "yarn", "connect": {"url": "sc://h:15002"}}) == "connect"
     assert engine_of({"master": "yarn", "engine": "connect"}) == "connect"
+
+
+def test_the_connect_server_recycling_period_comes_from_the_environment_and_bad_values_are_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(RECYCLE_ENV, raising=False)
+    assert recycle_every() == RECYCLE_EVERY == 50
+    monkeypatch.setenv(RECYCLE_ENV, "0")
+    assert recycle_every() == 0  # never
+    monkeypatch.setenv(RECYCLE_ENV, "-3")
+    with pytest.raises(KappaConfigError, match=r"KAPPA_CONNECT_RECYCLE_EVERY: '-3' is not a whole number"):
+        recycle_every()
