@@ -27,6 +27,12 @@ from airflow_provider_kappa.operators.publish import KappaPublishOperator, sink_
 from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator
 from airflow_provider_kappa.operators.snapshot import KappaSnapshotOperator
 from airflow_provider_kappa.operators.validate import KappaValidateOperator
+from airflow_provider_kappa.operators.verify import (
+    KappaDriftOperator,
+    KappaVerifyGateOperator,
+    KappaVerifyOperator,
+    drift_asset,
+)
 
 _DOC = """\
 ### Kappa backfill of job `{job}`
@@ -65,13 +71,42 @@ the output interval by interval, one run after the other (`max_active_runs=1`; t
 overlapping windows).
 """
 
+_VERIFY_DOC = """\
+### Kappa verification of job `{job}`
+
+Each run replays its data interval (a daily schedule: yesterday) with the job's unchanged
+streaming application over its Iceberg sources, **publishes nothing** (`publish` is false), and
+compares the replay with the live output in the target table(s).
+
+`snapshot`, `plan`, `mode` and the slices run as in the backfill DAG; `verify` compares each sink's
+replayed rows with its live rows over the window and writes the report (its **Backfill report**
+link); a sink whose match rate is below `min_match` (unset: 100) drifts. On drift, `drift`
+records an asset event on `kappa://{job}/drift` whose extra lists the drifting output windows per
+sink (start, end, live rows, replayed rows; at most 20 per sink) and `verify_gate` fails the run;
+without drift `drift` is skipped (no event) and the run succeeds. `cleanup` applies
+`job.retention` to the job's backfills.
+
+Config: `{path}`. A run with `start` and `end` verifies that window instead of its interval.
+
+#### Params
+
+{params}
+"""
+
+#: Changes of a verification DAG's Params: name -> (schema changes, description prefix).
+_VERIFY_PARAMS: dict[str, tuple[dict[str, Any], str]] = {
+    "publish": ({"default": False, "enum": [False]}, "A verification never publishes: false, true is refused. "),
+    "min_match": ({}, "A verification: below it a sink drifts (the run fails and records a drift event); unset 100. "),
+}
+
 #: Param description prefix of start and end in a scheduled DAG.
 _FROM_INTERVAL = "Empty: the run's data interval {bound} (scheduled runs, Airflow backfills). "
 
 
-def default_dag_id(job_name: str) -> str:
-    """``kappa_backfill_<job>`` with characters Airflow does not allow replaced by ``_``."""
-    return "kappa_backfill_" + re.sub(r"[^A-Za-z0-9_.-]", "_", job_name)
+def default_dag_id(job_name: str, kind: str = "backfill") -> str:
+    """``kappa_<kind>_<job>`` (``kappa_backfill_<job>``, ``kappa_verify_<job>``) with characters
+    Airflow does not allow replaced by ``_``."""
+    return f"kappa_{kind}_" + re.sub(r"[^A-Za-z0-9_.-]", "_", job_name)
 
 
 def kappa_backfill_dag(
@@ -123,28 +158,85 @@ def kappa_backfill_dag(
     that published it.
     """
     cfg = load_config(config_path)
+    tasks = dict(
+        spark_conn_id=spark_conn_id,
+        max_parallel_slices=max_parallel_slices,
+        pool=pool,
+        slice_retries=slice_retries,
+        tag_retention=tag_retention,
+        step_retries=step_retries,
+    )
+    return _dag(cfg, dag_id or default_dag_id(cfg.job.name), tasks, dag_kwargs, verify=False)
+
+
+def kappa_verify_dag(
+    config_path: str,
+    dag_id: str | None = None,
+    *,
+    schedule: Any = "@daily",
+    spark_conn_id: str | None = None,
+    max_parallel_slices: int = 4,
+    pool: str | None = None,
+    slice_retries: int = 2,
+    tag_retention: str = "7d",
+    step_retries: int = 2,
+    **dag_kwargs: Any,
+) -> DAG:
+    """Build the continuous verification DAG of the job described by ``config_path``: each run
+    replays its data interval (``@daily``: yesterday) with ``publish: false`` and compares the
+    replay with the live output in the targets (:mod:`airflow_provider_kappa.backfill.verify`).
+
+    Tasks: the backfill DAG's ``snapshot`` -> ``plan`` -> ``mode`` -> slices (and the local Connect
+    server's setup and teardown), then ``verify`` (validation and report, its **Backfill report**
+    link; returns the summary) -> ``drift`` (on drift: succeeds and records an asset event on
+    :func:`~airflow_provider_kappa.operators.verify.drift_asset`, ``kappa://<job>/drift``, whose
+    ``extra`` lists the drifting windows per sink; no drift: skipped, no event) -> ``verify_gate``
+    (fails the run on drift), and ``cleanup`` after ``drift``. A sink drifts when its match rate is
+    below ``min_match``; unset, 100 (ledger replayed or not). Params: the backfill DAG's, ``publish``
+    false and refused true; ``start`` and ``end`` empty take the run's data interval.
+
+    :param config_path: path of the job's kappa.yaml (read now, and again by every task).
+    :param dag_id: the DAG id (default ``kappa_verify_<job>``).
+    :param schedule: the runs' schedule (default ``@daily``: each run verifies the day before);
+        data intervals as in :func:`kappa_backfill_dag`; ``None``: manual runs with start and end.
+    :param spark_conn_id: as in :func:`kappa_backfill_dag`.
+    :param max_parallel_slices: as in :func:`kappa_backfill_dag`.
+    :param pool: as in :func:`kappa_backfill_dag`.
+    :param slice_retries: as in :func:`kappa_backfill_dag`.
+    :param tag_retention: as in :func:`kappa_backfill_dag`.
+    :param step_retries: retries of ``snapshot``, ``plan``, ``verify`` and ``connect_server_start``.
+    :param dag_kwargs: more ``DAG`` arguments (``start_date``, ``tags``, ``default_args``, …).
+    """
+    cfg = load_config(config_path)
+    tasks = dict(
+        spark_conn_id=spark_conn_id,
+        max_parallel_slices=max_parallel_slices,
+        pool=pool,
+        slice_retries=slice_retries,
+        tag_retention=tag_retention,
+        step_retries=step_retries,
+    )
+    dag_kwargs["schedule"] = schedule
+    dag_id = dag_id or default_dag_id(cfg.job.name, kind="verify")
+    return _dag(cfg, dag_id, tasks, dag_kwargs, verify=True)
+
+
+def _dag(cfg: JobConfig, dag_id: str, tasks: dict[str, Any], dag_kwargs: dict[str, Any], *, verify: bool) -> DAG:
+    """The DAG of :func:`kappa_backfill_dag` or, with ``verify``, of :func:`kappa_verify_dag`."""
     schedule = data_interval_schedule(dag_kwargs.get("schedule"))
     dag_kwargs["schedule"] = schedule
     scheduled = schedule is not None
-    params = _params(cfg, scheduled=scheduled)
-    dag_id = dag_id or default_dag_id(cfg.job.name)
-    _set_dag_defaults(dag_kwargs, cfg, dag_id=dag_id, scheduled=scheduled)
+    params = _params(cfg, scheduled=scheduled, verify=verify)
+    _set_dag_defaults(dag_kwargs, cfg, dag_id=dag_id, scheduled=scheduled, verify=verify)
     with DAG(dag_id, params=params, **dag_kwargs) as dag:
-        _add_tasks(
-            cfg,
-            spark_conn_id=spark_conn_id,
-            max_parallel_slices=max_parallel_slices,
-            pool=pool,
-            slice_retries=slice_retries,
-            tag_retention=tag_retention,
-            step_retries=step_retries,
-        )
+        _add_tasks(cfg, **tasks, verify=verify)
     return dag
 
 
-def _params(cfg: JobConfig, *, scheduled: bool) -> dict[str, Param]:
+def _params(cfg: JobConfig, *, scheduled: bool, verify: bool = False) -> dict[str, Param]:
     """The DAG's Params, one per :func:`~airflow_provider_kappa.backfill.params.param_schemas` entry; in a
-    scheduled DAG ``start`` and ``end`` may be empty (the run's data interval)."""
+    scheduled DAG ``start`` and ``end`` may be empty (the run's data interval); in a verification
+    ``publish`` is false (true is refused) and ``min_match`` unset is 100."""
     params = {}
     for name, schema in param_schemas(cfg).items():
         schema = dict(schema)
@@ -153,6 +245,10 @@ def _params(cfg: JobConfig, *, scheduled: bool) -> dict[str, Param]:
             # a scheduled run (an Airflow backfill) leaves them empty and takes its data interval
             schema.update(type=["null", "string"], default=None)
             description = _FROM_INTERVAL.format(bound=f"data_interval_{name}") + description
+        if verify and name in _VERIFY_PARAMS:
+            change, prefix = _VERIFY_PARAMS[name]
+            schema.update(change)
+            description = prefix + description
         if "default" in schema:
             params[name] = Param(schema.pop("default"), description=description, **schema)
         else:
@@ -160,11 +256,16 @@ def _params(cfg: JobConfig, *, scheduled: bool) -> dict[str, Param]:
     return params
 
 
-def _set_dag_defaults(dag_kwargs: dict[str, Any], cfg: JobConfig, *, dag_id: str, scheduled: bool) -> None:
+def _set_dag_defaults(
+    dag_kwargs: dict[str, Any], cfg: JobConfig, *, dag_id: str, scheduled: bool, verify: bool = False
+) -> None:
     """Fill in the ``DAG`` arguments the caller left out: no catchup, one run at a time, tags, doc and description."""
     dag_kwargs.setdefault("catchup", False)
     dag_kwargs.setdefault("max_active_runs", 1)
-    dag_kwargs.setdefault("tags", ["kappa", "backfill", cfg.job.name])
+    dag_kwargs.setdefault("tags", ["kappa", "verify" if verify else "backfill", cfg.job.name])
+    if verify:
+        dag_kwargs.setdefault("doc_md", _VERIFY_DOC.format(job=cfg.job.name, path=str(cfg.path), params=params_table()))
+        dag_kwargs.setdefault("description", f"Kappa verification of {cfg.job.name}: replay, compare with live")
     scheduled_doc = _SCHEDULED_DOC.format(dag_id=dag_id) if scheduled else ""
     dag_kwargs.setdefault(
         "doc_md", _DOC.format(job=cfg.job.name, path=str(cfg.path), params=params_table(), scheduled=scheduled_doc)
@@ -181,8 +282,10 @@ def _add_tasks(
     slice_retries: int,
     tag_retention: str,
     step_retries: int,
+    verify: bool = False,
 ) -> None:
-    """Add the backfill's tasks to the DAG being defined (see :func:`kappa_backfill_dag`)."""
+    """Add the backfill's tasks to the DAG being defined (see :func:`kappa_backfill_dag`); with
+    ``verify``, the verification's last tasks instead of validate and publish (see :func:`kappa_verify_dag`)."""
     path = str(cfg.path)
     retries = {"retries": step_retries}
     snapshot = KappaSnapshotOperator(
@@ -193,26 +296,12 @@ def _add_tasks(
     slices = _slice_tasks(
         plan, path=path, spark_conn_id=spark_conn_id, pool=pool, retries=slice_retries, max_parallel=max_parallel_slices
     )
-    validate = KappaValidateOperator(
-        task_id="validate",
-        config_path=path,
-        plan=plan.output,
-        trigger_rule="none_failed_min_one_success",
-        **retries,
-    )
-    publish = KappaPublishOperator(
-        task_id="publish",
-        config_path=path,
-        plan=plan.output,
-        report=validate.output,
-        outlets=list(sink_assets(cfg).values()),
-        **retries,
-    )
+    last = (_verify_tasks if verify else _publish_tasks)(cfg, plan, slices, retries=step_retries)
     cleanup = KappaCleanupOperator(
         task_id="cleanup", config_path=path, trigger_rule="none_failed", retries=step_retries
     )  # after a publish, or a dry run's skipped one: job.retention applied to the job's backfills
     plan >> mode >> slices
-    slices >> validate >> publish >> cleanup
+    last >> cleanup
     if cfg.job.engine == CONNECT and cfg.job.connect is None:
         # single-machine deployment: the backfill owns a local Spark Connect server for its slices
         start = KappaConnectServerOperator(task_id="connect_server_start", config_path=path, action=START, **retries)
@@ -221,6 +310,45 @@ def _add_tasks(
         )
         plan >> start >> slices >> stop
         stop >> cleanup  # the server stopped first: a backfill whose server runs is not cleaned up
+
+
+def _publish_tasks(cfg: JobConfig, plan: KappaPlanOperator, slices: list[Any], *, retries: int) -> Any:
+    """``validate`` -> ``publish`` after the slices; returns the task ``cleanup`` follows."""
+    path = str(cfg.path)
+    validate = KappaValidateOperator(
+        task_id="validate",
+        config_path=path,
+        plan=plan.output,
+        trigger_rule="none_failed_min_one_success",
+        retries=retries,
+    )
+    publish = KappaPublishOperator(
+        task_id="publish",
+        config_path=path,
+        plan=plan.output,
+        report=validate.output,
+        outlets=list(sink_assets(cfg).values()),
+        retries=retries,
+    )
+    slices >> validate >> publish
+    return publish
+
+
+def _verify_tasks(cfg: JobConfig, plan: KappaPlanOperator, slices: list[Any], *, retries: int) -> Any:
+    """``verify`` -> ``drift`` (asset event on drift, else skipped) -> ``verify_gate`` (fails the run
+    on drift) after the slices; returns the task ``cleanup`` follows (``drift``: cleanup runs with
+    and without drift)."""
+    verify = KappaVerifyOperator(
+        task_id="verify",
+        config_path=str(cfg.path),
+        plan=plan.output,
+        trigger_rule="none_failed_min_one_success",
+        retries=retries,
+    )
+    drift = KappaDriftOperator(task_id="drift", verification=verify.output, outlets=[drift_asset(cfg.job.name)])
+    gate = KappaVerifyGateOperator(task_id="verify_gate", verification=verify.output, trigger_rule="none_failed")
+    slices >> verify >> drift >> gate
+    return drift
 
 
 def _slice_tasks(
