@@ -137,3 +137,48 @@ def test_verify_run_flags_exactly_the_corrupted_window_and_publishes_nothing(
     assert extra == summary and extra["sinks"]["sessions"]["windows"] == [window]
     assert f"[{window['start']}, {window['end']})  live 1  replayed 1  only live 1  only replayed 1" in out
     assert "live output drifts from the replay" in out
+
+
+def test_the_verify_dag_shares_the_backfill_tasks_never_publishes_and_parses_light(
+    lake: Path,
+    airflow_db: None,  # noqa: F811
+) -> None:
+    import subprocess
+    import sys
+
+    from airflow.exceptions import ParamValidationError
+
+    dag = runpy.run_path(str(DAG_FILE))["dag"]
+    assert dag.dag_id == "kappa_verify_playback_sessions" and dag.max_active_runs == 1
+    assert set(dag.task_dict) == {
+        "snapshot",
+        "plan",
+        "mode",
+        "slice_sequential",
+        "slice_parallel",
+        "verify",
+        "drift",
+        "verify_gate",
+        "cleanup",
+        "connect_server_start",
+        "connect_server_stop",
+    }
+    assert dag.task_dict["verify"].upstream_task_ids >= {"slice_sequential", "slice_parallel"}
+    assert dag.task_dict["drift"].upstream_task_ids == {"verify"}
+    assert [a.uri for a in dag.task_dict["drift"].outlets] == [DRIFT_URI]
+    assert dag.task_dict["verify_gate"].upstream_task_ids == {"verify", "drift"}
+    assert dag.task_dict["verify_gate"].trigger_rule == "none_failed"
+    assert dag.task_dict["cleanup"].upstream_task_ids == {"drift", "connect_server_stop"}
+    assert not dag.task_dict["verify"].outlets  # the event comes from drift alone
+    assert dag.params.get_param("publish").value is False
+    assert dag.params.get_param("start").value is None and dag.params.get_param("end").value is None
+    with pytest.raises(ParamValidationError, match="Invalid input for param publish: True is not one of"):
+        dag.test(logical_date=DAY[1], run_conf={**CONF, "publish": True})
+    code = (
+        "import runpy, sys\n"
+        f"runpy.run_path({str(DAG_FILE)!r})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pyiceberg', 'pyarrow')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert sorted(p.name for p in lake.rglob("*")) == ["warehouse"]  # no catalog opened, no folder made
