@@ -119,9 +119,11 @@ def kappa_backfill_dag(
     slice_retries: int = 2,
     tag_retention: str = "7d",
     step_retries: int = 2,
+    verify: bool = False,
     **dag_kwargs: Any,
 ) -> DAG:
-    """Build the backfill DAG of the job described by ``config_path``.
+    """Build the backfill DAG of the job described by ``config_path`` (with ``verify``, its
+    continuous verification: see :func:`kappa_verify_dag`).
 
     Tasks: ``snapshot`` -> ``plan`` -> ``mode`` (branch) -> ``slice_sequential`` | ``slice_parallel``
     (one mapped task instance per slice) -> ``validate`` -> ``publish`` -> ``cleanup`` (``job.retention``
@@ -132,7 +134,7 @@ def kappa_backfill_dag(
     advanced ones in a section of their own; its table is in the DAG's doc.
 
     :param config_path: path of the job's kappa.yaml (read now, and again by every task).
-    :param dag_id: the DAG id (default ``kappa_backfill_<job>``).
+    :param dag_id: the DAG id (default ``kappa_backfill_<job>``, ``kappa_verify_<job>`` with ``verify``).
     :param spark_conn_id: Airflow Spark connection slices are submitted through (default: the
         job's ``master`` with the local spark-submit).
     :param max_parallel_slices: slices of one run running at once in ``parallel`` mode
@@ -151,6 +153,8 @@ def kappa_backfill_dag(
         interval. A cron expression or ``timedelta`` is given data intervals
         (``CronDataIntervalTimetable`` in UTC, ``DeltaDataIntervalTimetable``), whatever
         ``[scheduler] create_cron_data_intervals`` says.
+    :param verify: build the verification's last tasks (``verify``, ``drift``, ``verify_gate``)
+        instead of ``validate`` and ``publish``, and its Params (``publish`` false).
 
     The publish task's outlets are the assets of the sinks' target tables
     (:func:`~airflow_provider_kappa.operators.publish.target_asset`,
@@ -158,30 +162,27 @@ def kappa_backfill_dag(
     that published it.
     """
     cfg = load_config(config_path)
-    tasks = dict(
-        spark_conn_id=spark_conn_id,
-        max_parallel_slices=max_parallel_slices,
-        pool=pool,
-        slice_retries=slice_retries,
-        tag_retention=tag_retention,
-        step_retries=step_retries,
-    )
-    return _dag(cfg, dag_id or default_dag_id(cfg.job.name), tasks, dag_kwargs, verify=False)
+    dag_id = dag_id or default_dag_id(cfg.job.name, kind="verify" if verify else "backfill")
+    schedule = data_interval_schedule(dag_kwargs.get("schedule"))
+    dag_kwargs["schedule"] = schedule
+    scheduled = schedule is not None
+    params = _params(cfg, scheduled=scheduled, verify=verify)
+    _set_dag_defaults(dag_kwargs, cfg, dag_id=dag_id, scheduled=scheduled, verify=verify)
+    with DAG(dag_id, params=params, **dag_kwargs) as dag:
+        _add_tasks(
+            cfg,
+            spark_conn_id=spark_conn_id,
+            max_parallel_slices=max_parallel_slices,
+            pool=pool,
+            slice_retries=slice_retries,
+            tag_retention=tag_retention,
+            step_retries=step_retries,
+            verify=verify,
+        )
+    return dag
 
 
-def kappa_verify_dag(
-    config_path: str,
-    dag_id: str | None = None,
-    *,
-    schedule: Any = "@daily",
-    spark_conn_id: str | None = None,
-    max_parallel_slices: int = 4,
-    pool: str | None = None,
-    slice_retries: int = 2,
-    tag_retention: str = "7d",
-    step_retries: int = 2,
-    **dag_kwargs: Any,
-) -> DAG:
+def kappa_verify_dag(config_path: str, dag_id: str | None = None, *, schedule: Any = "@daily", **kwargs: Any) -> DAG:
     """Build the continuous verification DAG of the job described by ``config_path``: each run
     replays its data interval (``@daily``: yesterday) with ``publish: false`` and compares the
     replay with the live output in the targets (:mod:`airflow_provider_kappa.backfill.verify`).
@@ -199,38 +200,11 @@ def kappa_verify_dag(
     :param dag_id: the DAG id (default ``kappa_verify_<job>``).
     :param schedule: the runs' schedule (default ``@daily``: each run verifies the day before);
         data intervals as in :func:`kappa_backfill_dag`; ``None``: manual runs with start and end.
-    :param spark_conn_id: as in :func:`kappa_backfill_dag`.
-    :param max_parallel_slices: as in :func:`kappa_backfill_dag`.
-    :param pool: as in :func:`kappa_backfill_dag`.
-    :param slice_retries: as in :func:`kappa_backfill_dag`.
-    :param tag_retention: as in :func:`kappa_backfill_dag`.
-    :param step_retries: retries of ``snapshot``, ``plan``, ``verify`` and ``connect_server_start``.
-    :param dag_kwargs: more ``DAG`` arguments (``start_date``, ``tags``, ``default_args``, …).
+    :param kwargs: the other arguments of :func:`kappa_backfill_dag` (``spark_conn_id``,
+        ``max_parallel_slices``, ``pool``, ``slice_retries``, ``tag_retention``, ``step_retries``)
+        and more ``DAG`` arguments (``start_date``, ``tags``, ``default_args``, …).
     """
-    cfg = load_config(config_path)
-    tasks = dict(
-        spark_conn_id=spark_conn_id,
-        max_parallel_slices=max_parallel_slices,
-        pool=pool,
-        slice_retries=slice_retries,
-        tag_retention=tag_retention,
-        step_retries=step_retries,
-    )
-    dag_kwargs["schedule"] = schedule
-    dag_id = dag_id or default_dag_id(cfg.job.name, kind="verify")
-    return _dag(cfg, dag_id, tasks, dag_kwargs, verify=True)
-
-
-def _dag(cfg: JobConfig, dag_id: str, tasks: dict[str, Any], dag_kwargs: dict[str, Any], *, verify: bool) -> DAG:
-    """The DAG of :func:`kappa_backfill_dag` or, with ``verify``, of :func:`kappa_verify_dag`."""
-    schedule = data_interval_schedule(dag_kwargs.get("schedule"))
-    dag_kwargs["schedule"] = schedule
-    scheduled = schedule is not None
-    params = _params(cfg, scheduled=scheduled, verify=verify)
-    _set_dag_defaults(dag_kwargs, cfg, dag_id=dag_id, scheduled=scheduled, verify=verify)
-    with DAG(dag_id, params=params, **dag_kwargs) as dag:
-        _add_tasks(cfg, **tasks, verify=verify)
-    return dag
+    return kappa_backfill_dag(config_path, dag_id, schedule=schedule, verify=True, **kwargs)
 
 
 def _params(cfg: JobConfig, *, scheduled: bool, verify: bool = False) -> dict[str, Param]:

@@ -79,22 +79,9 @@ class KappaVerifyOperator(KappaValidateOperator):
         return summary
 
 
-def _summary(value: Any, task_id: str) -> Mapping[str, Any]:
-    """The verify task's XCom, checked."""
-    if not isinstance(value, Mapping) or not isinstance(value.get("drift"), bool):
-        raise AirflowFailException(
-            f"{task_id}: verification must be the verify task's XCom (a mapping with a boolean 'drift'), got {value!r}"
-        )
-    return value
-
-
-class KappaDriftOperator(BaseOperator):
-    """Record the drift a verification found as an asset event: succeeds on drift, with the
-    verification's summary as the ``extra`` of the event on each of its asset ``outlets`` (the
-    DAG factory gives it :func:`drift_asset`); skipped without drift (no event).
-
-    :param verification: the verify task's XCom (templated).
-    """
+class _VerificationTask(BaseOperator):
+    """A task reading the verify task's summary (``verification``, templated), checked, with the
+    report's **Backfill report** link."""
 
     template_fields: Sequence[str] = ("verification",)
     operator_extra_links = (KappaReportLink(),)
@@ -104,10 +91,29 @@ class KappaDriftOperator(BaseOperator):
         super().__init__(**kwargs)
         self.verification = verification
 
+    def summary(self, context: Context) -> Mapping[str, Any]:
+        """The verify task's summary, checked; its report's link kept for this task."""
+        value = self.verification
+        if not isinstance(value, Mapping) or not isinstance(value.get("drift"), bool):
+            raise AirflowFailException(
+                f"{self.task_id}: verification must be the verify task's XCom (a mapping with a boolean "
+                f"'drift'), got {value!r}"
+            )
+        record_report_url(context, str(value.get("report") or ""))
+        return value
+
+
+class KappaDriftOperator(_VerificationTask):
+    """Record the drift a verification found as an asset event: succeeds on drift, with the
+    verification's summary as the ``extra`` of the event on each of its asset ``outlets`` (the
+    DAG factory gives it :func:`drift_asset`); skipped without drift (no event).
+
+    :param verification: the verify task's XCom (templated).
+    """
+
     def execute(self, context: Context) -> None:
 
-        summary = _summary(self.verification, self.task_id)
-        record_report_url(context, str(summary.get("report") or ""))
+        summary = self.summary(context)
         if not summary["drift"]:
             raise AirflowSkipException(f"no drift: {drift_text(summary)}")
         extra = dict(summary)
@@ -118,25 +124,16 @@ class KappaDriftOperator(BaseOperator):
         self.log.info("%s", drift_text(summary))
 
 
-class KappaVerifyGateOperator(BaseOperator):
+class KappaVerifyGateOperator(_VerificationTask):
     """Fail the verification's run when live output drifts (no retry), naming each drifting sink,
     its match rate and its drifting windows; succeed otherwise.
 
     :param verification: the verify task's XCom (templated).
     """
 
-    template_fields: Sequence[str] = ("verification",)
-    operator_extra_links = (KappaReportLink(),)
-    ui_color = "#f8ece8"
-
-    def __init__(self, *, verification: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.verification = verification
-
     def execute(self, context: Context) -> None:
 
-        summary = _summary(self.verification, self.task_id)
-        record_report_url(context, str(summary.get("report") or ""))
+        summary = self.summary(context)
         if summary["drift"]:
             raise AirflowFailException(drift_text(summary))
         self.log.info("%s", drift_text(summary))
