@@ -17,6 +17,7 @@ from airflow_provider_kappa.backfill.params_docs import params_table
 from airflow_provider_kappa.job.config import CONNECT, JobConfig, load_config
 from airflow_provider_kappa.operators.cleanup import KappaCleanupOperator
 from airflow_provider_kappa.operators.connect_server import START, STOP, KappaConnectServerOperator
+from airflow_provider_kappa.operators.landed import KappaLandedSensor
 from airflow_provider_kappa.operators.plan import (
     PARALLEL_TASK,
     SEQUENTIAL_TASK,
@@ -33,6 +34,7 @@ from airflow_provider_kappa.operators.verify import (
     KappaVerifyOperator,
     drift_asset,
 )
+from airflow_provider_kappa.timeparse import parse_duration
 
 _DOC = """\
 ### Kappa backfill of job `{job}`
@@ -120,6 +122,7 @@ def kappa_backfill_dag(
     tag_retention: str = "7d",
     step_retries: int = 2,
     verify: bool = False,
+    wait_for_landing: str | timedelta | None = None,
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the backfill DAG of the job described by ``config_path`` (with ``verify``, its
@@ -155,6 +158,10 @@ def kappa_backfill_dag(
         ``[scheduler] create_cron_data_intervals`` says.
     :param verify: build the verification's last tasks (``verify``, ``drift``, ``verify_gate``)
         instead of ``validate`` and ``publish``, and its Params (``publish`` false).
+    :param wait_for_landing: with a duration (``6h``, a ``timedelta``), a first task
+        ``wait_for_landing`` waits at most that long (reschedule mode, a poke every 5 minutes) for
+        the sources' landed data to pass ``end + tail`` before ``snapshot``
+        (:class:`~airflow_provider_kappa.operators.landed.KappaLandedSensor`); ``None``: no wait.
 
     The publish task's outlets are the assets of the sinks' target tables
     (:func:`~airflow_provider_kappa.operators.publish.target_asset`,
@@ -163,6 +170,8 @@ def kappa_backfill_dag(
     """
     cfg = load_config(config_path)
     dag_id = dag_id or default_dag_id(cfg.job.name, kind="verify" if verify else "backfill")
+    wait = wait_for_landing
+    wait = parse_duration(wait, "wait_for_landing") if isinstance(wait, str) and wait.strip() else wait or None
     schedule = data_interval_schedule(dag_kwargs.get("schedule"))
     dag_kwargs["schedule"] = schedule
     scheduled = schedule is not None
@@ -178,11 +187,19 @@ def kappa_backfill_dag(
             tag_retention=tag_retention,
             step_retries=step_retries,
             verify=verify,
+            wait_for_landing=wait,
         )
     return dag
 
 
-def kappa_verify_dag(config_path: str, dag_id: str | None = None, *, schedule: Any = "@daily", **kwargs: Any) -> DAG:
+def kappa_verify_dag(
+    config_path: str,
+    dag_id: str | None = None,
+    *,
+    schedule: Any = "@daily",
+    wait_for_landing: str | timedelta | None = "6h",
+    **kwargs: Any,
+) -> DAG:
     """Build the continuous verification DAG of the job described by ``config_path``: each run
     replays its data interval (``@daily``: yesterday) with ``publish: false`` and compares the
     replay with the live output in the targets (:mod:`airflow_provider_kappa.backfill.verify`).
@@ -200,11 +217,16 @@ def kappa_verify_dag(config_path: str, dag_id: str | None = None, *, schedule: A
     :param dag_id: the DAG id (default ``kappa_verify_<job>``).
     :param schedule: the runs' schedule (default ``@daily``: each run verifies the day before);
         data intervals as in :func:`kappa_backfill_dag`; ``None``: manual runs with start and end.
+    :param wait_for_landing: how long the first task, ``wait_for_landing``, waits for the landed
+        data to pass ``end + tail`` (a run starts when its interval ends, before its tail is landed);
+        ``None``: no wait (``snapshot`` then refuses a run whose tail is not landed yet).
     :param kwargs: the other arguments of :func:`kappa_backfill_dag` (``spark_conn_id``,
         ``max_parallel_slices``, ``pool``, ``slice_retries``, ``tag_retention``, ``step_retries``)
         and more ``DAG`` arguments (``start_date``, ``tags``, ``default_args``, …).
     """
-    return kappa_backfill_dag(config_path, dag_id, schedule=schedule, verify=True, **kwargs)
+    return kappa_backfill_dag(
+        config_path, dag_id, schedule=schedule, verify=True, wait_for_landing=wait_for_landing, **kwargs
+    )
 
 
 def _params(cfg: JobConfig, *, scheduled: bool, verify: bool = False) -> dict[str, Param]:
@@ -257,6 +279,7 @@ def _add_tasks(
     tag_retention: str,
     step_retries: int,
     verify: bool = False,
+    wait_for_landing: timedelta | None = None,
 ) -> None:
     """Add the backfill's tasks to the DAG being defined (see :func:`kappa_backfill_dag`); with
     ``verify``, the verification's last tasks instead of validate and publish (see :func:`kappa_verify_dag`)."""
@@ -276,6 +299,11 @@ def _add_tasks(
     )  # after a publish, or a dry run's skipped one: job.retention applied to the job's backfills
     plan >> mode >> slices
     last >> cleanup
+    if wait_for_landing is not None:
+        landed = KappaLandedSensor(
+            task_id="wait_for_landing", config_path=path, mode="reschedule", poke_interval=300, timeout=wait_for_landing
+        )
+        landed >> snapshot
     if cfg.job.engine == CONNECT and cfg.job.connect is None:
         # single-machine deployment: the backfill owns a local Spark Connect server for its slices
         start = KappaConnectServerOperator(task_id="connect_server_start", config_path=path, action=START, **retries)

@@ -152,7 +152,9 @@ def test_the_verify_dag_shares_the_backfill_tasks_never_publishes_and_parses_lig
     assert dag.dag_id == "kappa_verify_playback_sessions" and dag.max_active_runs == 1
     backfill = runpy.run_path(str(REPO / "dags" / "playback_sessions_backfill.py"))["dag"]
     shared = set(backfill.task_dict) - {"validate", "publish"}  # snapshot, plan, mode, slices, server, cleanup
-    assert set(dag.task_dict) == shared | {"verify", "drift", "verify_gate"}
+    assert set(dag.task_dict) == shared | {"wait_for_landing", "verify", "drift", "verify_gate"}
+    landed = dag.task_dict["wait_for_landing"]  # a run starts when its day ends, before its tail is landed
+    assert landed.downstream_task_ids == {"snapshot"} and landed.mode == "reschedule" and landed.timeout == 6 * 3600
     for task in shared - {"cleanup"}:
         assert dag.task_dict[task].downstream_task_ids == {
             {"validate": "verify"}.get(t, t) for t in backfill.task_dict[task].downstream_task_ids if t != "publish"

@@ -79,3 +79,29 @@ def test_min_match_unset_is_100_and_a_given_one_decides(tmp_path: Path, catalog_
     assert summary["sinks"]["s"]["drifting_windows"] == 1  # listed, below the tolerance
     clean = verification(_verification(tmp_path, catalog_props), {"s": _report([])})
     assert not clean["drift"] and clean["sinks"]["s"]["windows"] == [] and "no drift" in drift_text(clean)
+
+
+def test_wait_for_landing_pokes_until_the_landed_data_passes_end_plus_tail(
+    tmp_path: Path, catalog: Any, catalog_props: dict[str, str]
+) -> None:
+    """A run that starts when its interval ends waits for its tail: the sensor says no while the
+    sources' landed data stops before ``end + tail``, yes once it passes it (a new snapshot), and
+    yes at once with ``allow_open_end``."""
+    from lake import append_events, create_events_table, event
+
+    from airflow_provider_kappa.operators.landed import KappaLandedSensor
+
+    config = str(write_job_config(tmp_path, catalog_props))
+    playbacks = create_events_table(catalog, "raw.playbacks")
+    append_events(playbacks, [event(i, T0 + timedelta(minutes=10 * i)) for i in range(24)])  # 00:00-03:50
+    window = {"start": T0.isoformat(), "end": (T0 + timedelta(hours=4)).isoformat(), "tail": "15min"}
+
+    def landed(**params: Any) -> bool:
+        sensor = KappaLandedSensor(task_id="wait_for_landing", config_path=config, backfill_params={**window, **params})
+        return bool(sensor.poke({}))  # type: ignore[arg-type]
+
+    assert not landed()  # end + tail = 04:15, landed through 04:00
+    assert landed(allow_open_end=True)
+    assert landed(end=(T0 + timedelta(hours=3)).isoformat())  # 03:15: landed
+    append_events(playbacks, [event(100, T0 + timedelta(hours=4, minutes=20))])
+    assert landed()
