@@ -8,9 +8,9 @@ with the live ledger, ``ledger: auto``), the ``drift`` task records an asset eve
 ``kappa://playback_sessions/drift`` whose extra lists the drifting session windows (start, end,
 live rows, replayed rows), and ``verify_gate`` fails the run. The ``verify`` task links the report.
 
-The replay reads ``tail`` past the day's end: the day's verification needs the landing to have
-passed ``end + tail`` when it starts (or ``allow_open_end``, which verifies only what the landed
-data closes).
+The replay reads ``tail`` past the day's end, and a run starts when its day ends: its first task,
+``wait_for_landing``, waits (up to 6 hours, reschedule mode) for the landed data to pass
+``end + tail``.
 """
 
 from __future__ import annotations
