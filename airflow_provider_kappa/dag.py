@@ -14,6 +14,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, DeltaDataIntervalTimetab
 
 from airflow_provider_kappa.backfill.params import param_schemas
 from airflow_provider_kappa.backfill.params_docs import params_table
+from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.job.config import CONNECT, JobConfig, load_config
 from airflow_provider_kappa.operators.cleanup import KappaCleanupOperator
 from airflow_provider_kappa.operators.connect_server import START, STOP, KappaConnectServerOperator
@@ -170,8 +171,7 @@ def kappa_backfill_dag(
     """
     cfg = load_config(config_path)
     dag_id = dag_id or default_dag_id(cfg.job.name, kind="verify" if verify else "backfill")
-    wait = wait_for_landing
-    wait = parse_duration(wait, "wait_for_landing") if isinstance(wait, str) and wait.strip() else wait or None
+    wait = _wait_for_landing(wait_for_landing)
     schedule = data_interval_schedule(dag_kwargs.get("schedule"))
     dag_kwargs["schedule"] = schedule
     scheduled = schedule is not None
@@ -226,6 +226,20 @@ def kappa_verify_dag(
     """
     return kappa_backfill_dag(
         config_path, dag_id, schedule=schedule, verify=True, wait_for_landing=wait_for_landing, **kwargs
+    )
+
+
+def _wait_for_landing(value: object) -> timedelta | None:
+    """``kappa_backfill_dag``'s ``wait_for_landing``: a positive duration, or ``None`` (also '') for no wait."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        return parse_duration(value, "wait_for_landing")
+    if isinstance(value, timedelta) and value > timedelta(0):
+        return value
+    raise KappaConfigError(
+        f"wait_for_landing: {value!r} is not a positive duration; expected e.g. '6h', '90min', a positive "
+        "timedelta, or None (no wait)"
     )
 
 

@@ -105,3 +105,20 @@ def test_wait_for_landing_pokes_until_the_landed_data_passes_end_plus_tail(
     assert landed(end=(T0 + timedelta(hours=3)).isoformat())  # 03:15: landed
     append_events(playbacks, [event(100, T0 + timedelta(hours=4, minutes=20))])
     assert landed()
+
+
+def test_a_bad_wait_for_landing_is_refused_naming_it(tmp_path: Path, catalog_props: dict[str, str]) -> None:
+    import pytest
+
+    from airflow_provider_kappa.dag import kappa_verify_dag
+    from airflow_provider_kappa.exceptions import KappaConfigError
+
+    config = str(write_job_config(tmp_path, catalog_props))
+    with pytest.raises(KappaConfigError, match=r"wait_for_landing: 'soon' is not a duration; expected"):
+        kappa_verify_dag(config, wait_for_landing="soon")
+    with pytest.raises(
+        KappaConfigError, match=r"wait_for_landing: 3600 is not a positive duration; expected e.g. '6h'"
+    ):
+        kappa_verify_dag(config, wait_for_landing=3600)
+    assert "wait_for_landing" not in kappa_verify_dag(config, wait_for_landing=None).task_dict
+    assert kappa_verify_dag(config, wait_for_landing="90min").task_dict["wait_for_landing"].timeout == 5400
