@@ -81,9 +81,9 @@ Each run replays its data interval (a daily schedule: yesterday) with the job's 
 streaming application over its Iceberg sources, **publishes nothing** (`publish` is false), and
 compares the replay with the live output in the target table(s).
 
-`wait_for_landing` (when present) waits for the landed data to pass `end + tail`; `snapshot`, `plan`, `mode` and the slices run as in the backfill DAG; `verify` compares each sink's
-replayed rows with its live rows over the window and writes the report (its **Backfill report**
-link); a sink whose match rate is below `min_match` (unset: 100) drifts. On drift, `drift`
+`wait_for_landing` (when present) waits for the landed data to pass `end + tail`; `snapshot`,
+`plan`, `mode` and the slices run as in the backfill DAG; `verify` compares each sink's replayed
+rows with its live rows over the window and writes the report (its **Backfill report** link); a sink whose match rate is below `min_match` (unset: 100) drifts. On drift, `drift`
 records an asset event on `kappa://{job}/drift` whose extra lists the drifting output windows per
 sink (start, end, live rows, replayed rows; at most 20 per sink) and `verify_gate` fails the run;
 without drift `drift` is skipped (no event) and the run succeeds. `cleanup` applies
