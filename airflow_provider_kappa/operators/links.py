@@ -1,6 +1,6 @@
 """Extra links of the backfill operators: buttons on a task instance in the Airflow UI.
 
-- **Backfill report** (validate and publish tasks): the backfill's HTML report
+- **Backfill report** (validate and publish tasks; verify, drift and verify_gate of a verification): the backfill's HTML report
   (:meth:`airflow_provider_kappa.job.checkpoints.CheckpointStore.report_file`,
   ``<checkpoint_root>/<job>/backfill/<backfill_id>/report.html``).
 - **Spark UI** (each slice task): while the slice runs, the Spark UI of its application; once it
@@ -174,7 +174,15 @@ def record_report_link(context: Context, bf: Backfill) -> str:
     :param context: the task's context.
     :param bf: the backfill.
     """
-    url = report_url(bf)
+    return record_report_url(context, report_url(bf))
+
+
+def record_report_url(context: Context, url: str) -> str:
+    """Keep ``url`` (a report's URL, '' for none) for the task's :class:`KappaReportLink`; return it.
+
+    :param context: the task's context.
+    :param url: the report's URL.
+    """
     context["ti"].xcom_push(key=LINKS_XCOM, value={KappaReportLink.name: url})
     return url
 

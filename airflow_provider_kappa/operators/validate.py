@@ -13,6 +13,10 @@ from airflow_provider_kappa.report.report import write_report
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_kappa.backfill.backfill import Backfill
+    from airflow_provider_kappa.backfill.plan import BackfillPlan
+    from airflow_provider_kappa.backfill.validate import ValidationReport
+
 
 class KappaValidateOperator(KappaBackfillBaseOperator):
     """Compare each sink's staged rows (every slice of the plan) with the target's current rows
@@ -37,6 +41,17 @@ class KappaValidateOperator(KappaBackfillBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
 
+        bf, plan, reports, _ = self.compare(context)
+        with fail_fast(f"{self.task_id}: validate"):
+            check_gate(bf, plan, reports)
+        return {name: report.to_dict() for name, report in reports.items()}
+
+    def compare(self, context: Context) -> tuple[Backfill, BackfillPlan, dict[str, ValidationReport], str]:
+        """Validate every sink, write the HTML report and keep its link; no gate.
+
+        :param context: the task's context.
+        :returns: the backfill, its plan, sink name -> report, and the report's URL ('' when none).
+        """
         bf = self.load_backfill(context)
         plan = self.load_plan(self.plan, bf, self.task_id)
         with fail_fast(f"{self.task_id}: validate"):
@@ -46,5 +61,4 @@ class KappaValidateOperator(KappaBackfillBaseOperator):
             self.log.info("report: %s", url or bf.store().report_file())
             for name, report in reports.items():
                 self.log.info("sink %s:\n%s", name, report.to_text())
-            check_gate(bf, plan, reports)
-        return {name: report.to_dict() for name, report in reports.items()}
+        return bf, plan, reports, url
