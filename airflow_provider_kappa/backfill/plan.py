@@ -458,6 +458,8 @@ def plan(bf: Backfill, snapshot_ids: Mapping[str, int], *, pin: bool = False) ->
         raise KappaSourceError(f"plan: no pinned snapshot for source(s) {missing}; got {dict(snapshot_ids)}")
     planned = plan_backfill(bf.params, bf.id, snapshot_ids, sources, spans_loader(bf, snapshot_ids))
     exactness, book = decide(bf, planned.data_last_micros, pin=pin)
+    if pin:
+        bf.store().record_exactness(exactness.to_dict())
     slices = list(planned.slices)
     if book is not None:
         ms = [(to_micros(s.read_start) // 1000, to_micros(s.read_end) // 1000) for s in slices]

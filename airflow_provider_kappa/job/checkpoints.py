@@ -37,7 +37,9 @@
   written by the launcher before each run and read by the slice's ``kappa_iceberg`` readers
   (``spark/source/file_list.py``).
 - ``pinned/<name>.json``: a choice the backfill's first run made and every rerun keeps (``ledger``:
-  whether the slices replay the live ledger; :meth:`CheckpointStore.pin`).
+  whether the slices replay the live ledger and from which batch; :meth:`CheckpointStore.pin`).
+- ``exactness.json``: how exact the last plan step expected the backfill to be (the report of a
+  DAG run reads it: its plan task's XCom holds the slices only; :meth:`CheckpointStore.record_exactness`).
 - ``heartbeat``: touched by every step of a running backfill (snapshot, each slice at its start,
   every :data:`HEARTBEAT_EVERY` while it runs and at its end, validate, publish), on either engine
   and in dry runs: cleanup keeps a backfill whose heartbeat is recent (:meth:`CheckpointStore.heartbeat`).
@@ -189,6 +191,15 @@ class CheckpointStore:
             return found
         self._write(f"{self.root}/pinned/{name}.json", json.dumps(value))
         return value
+
+    def record_exactness(self, value: dict[str, Any]) -> None:
+        """Write ``exactness.json`` (the plan step's :class:`~airflow_provider_kappa.backfill.exactness.Exactness`)."""
+        self._write(f"{self.root}/exactness.json", json.dumps(value))
+
+    def exactness(self) -> dict[str, Any] | None:
+        """What :meth:`record_exactness` wrote last, if anything."""
+        path = f"{self.root}/exactness.json"
+        return dict(json.loads(self._read(path))) if self._exists(path) else None
 
     # heartbeat ----------------------------------------------------------------------------
 

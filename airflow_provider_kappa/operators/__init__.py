@@ -25,6 +25,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_kappa.backfill.backfill import Backfill
+from airflow_provider_kappa.backfill.exactness import Exactness
 from airflow_provider_kappa.backfill.params import KEYS
 from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan
 from airflow_provider_kappa.exceptions import (
@@ -140,7 +141,9 @@ class KappaBackfillBaseOperator(BaseOperator):
             raise AirflowFailException(f"{what}: plan must be the plan task's XCom (a list of slices), got {value!r}")
         with fail_fast(what):
             slices = tuple(SlicePlan.from_dict(s) for s in value)
-            plan = BackfillPlan(backfill_id=slices[0].backfill_id, mode=slices[0].mode, slices=slices)
+            recorded = bf.store().exactness()  # the plan step's statement (its XCom holds the slices only)
+            exactness = None if recorded is None else Exactness.from_dict(recorded)
+            plan = BackfillPlan(slices[0].backfill_id, slices[0].mode, slices, exactness=exactness)
         if plan.backfill_id != bf.id:
             raise AirflowFailException(
                 f"{what}: the plan is of backfill {plan.backfill_id!r} but the parameters give {bf.id!r}"

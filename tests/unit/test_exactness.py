@@ -188,3 +188,19 @@ def test_a_backlog_live_caught_up_after_the_range_is_not_replayed_and_the_plan_s
     steady = ledger_of(config) + "-steady"
     write_ledger(steady, T0 - timedelta(minutes=5), T0 + 4 * H)
     assert Ledger(steady).gap(ms(T0 + H), ms(T0 + 3 * H + timedelta(minutes=30)), None, window_end) is None
+
+
+def test_the_plan_step_records_its_exactness_for_the_dag_s_later_tasks(config: Path) -> None:
+    """A DAG's plan task pushes the slices only; validate's report reads the plan step's statement
+    from the backfill's folder."""
+    import airflow_env  # noqa: F401  (a private AIRFLOW_HOME before Airflow is imported)
+
+    from airflow_provider_kappa.operators import KappaBackfillBaseOperator
+
+    write_ledger(ledger_of(config), T0 - timedelta(minutes=5), T0 + 4 * H)
+    bf = Backfill.create(load_config(config), {"start": WINDOW[1], "end": WINDOW[3], "tail": "10min"})
+    planned = plan(bf, pin(bf, tag=False), pin=True)
+    assert planned.exactness is not None and planned.exactness.exact
+    loaded = KappaBackfillBaseOperator.load_plan([s.to_dict() for s in planned.slices], bf, "validate")
+    assert loaded.exactness_line == planned.exactness.statement
+    assert loaded.exactness_line.startswith("exact: the live ledger covers")
