@@ -121,9 +121,10 @@ def catalog(catalog_props: dict[str, str]) -> object:
 
 @pytest.fixture()
 def no_kubernetes_provider(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Airflow's Spark provider module as it is without the Kubernetes provider: it imports that
-    provider's ``kube_client`` under ``contextlib.suppress``, so the name is then absent. This venv
-    installs no Kubernetes provider, but a machine may."""
+    """Airflow as it is without the Kubernetes provider: its ``kube_client`` module does not import,
+    and the Spark provider's hook module, which imports it under ``contextlib.suppress``, lacks the
+    name. This venv installs no Kubernetes provider, but a machine may."""
     import airflow.providers.apache.spark.hooks.spark_submit as spark_submit_hook
 
+    monkeypatch.setitem(sys.modules, "airflow.providers.cncf.kubernetes.kube_client", None)
     monkeypatch.delattr(spark_submit_hook, "kube_client", raising=False)

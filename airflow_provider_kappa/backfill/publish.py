@@ -56,6 +56,7 @@ from airflow_provider_kappa.backfill.lock import check_lock, load_target, releas
 from airflow_provider_kappa.backfill.plan import BackfillPlan, staging_tables
 from airflow_provider_kappa.backfill.row_stream import plain_schema, plan, table_batches
 from airflow_provider_kappa.backfill.validate import check_min_match, in_window_mask, pinned, window_filter
+from airflow_provider_kappa.compat.pyiceberg import check_arrow_schema, write_data_files
 from airflow_provider_kappa.exceptions import KappaCatalogUnavailableError, KappaSinkError
 from airflow_provider_kappa.faults import (
     RETRY_ATTEMPTS,
@@ -400,28 +401,23 @@ def _write_rows(table: Table, rows: list[pa.Table], rewrite: list[Table]) -> lis
 
     pyiceberg has no public API that writes data files without committing them
     (``Transaction.append`` writes and commits in one step, so a retried publish would write
-    the rows again and leave the files of every refused attempt behind); its writer
-    ``_dataframe_to_data_files`` and schema check ``_check_pyarrow_schema_compatible`` are
-    used here, only for rows that cannot go in by reference.
+    the rows again and leave the files of every refused attempt behind); its private writer and
+    schema check are used here (:mod:`airflow_provider_kappa.compat.pyiceberg`), only for rows that
+    cannot go in by reference.
     """
     import pyarrow as pa
-    from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, _dataframe_to_data_files
 
     schema = plain_schema(table)
     written: list[DataFile] = []
 
     def write(part: pa.Table) -> None:
         try:
-            _check_pyarrow_schema_compatible(
-                table.schema(), provided_schema=part.schema, format_version=table.metadata.format_version
-            )
+            check_arrow_schema(table.schema(), part.schema, table.metadata.format_version)
         except ValueError as e:
             raise KappaSinkError(
                 f"publish: staged rows do not match the schema of {'.'.join(table.name())}: {e}"
             ) from e
-        written.extend(
-            _dataframe_to_data_files(table_metadata=table.metadata, df=part, io=table.io, write_uuid=uuid.uuid4())
-        )
+        written.extend(write_data_files(table.metadata, part, table.io))
 
     try:
         for part in rows:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_kappa.compat.spark_provider import cluster_application, resolved_connection, submit_process
 from airflow_provider_kappa.engine.base import Engine, SliceRunRequest
 from airflow_provider_kappa.engine.class_data_sharing import ClassDataSharing
 from airflow_provider_kappa.engine.class_data_sharing import plan as plan_class_data_sharing
@@ -114,7 +115,7 @@ def submit(
         deploy_mode=conf.get(SUBMIT_PREFIX + "deploy_mode"),
         application_args=application_args,
     )
-    connection = hook._connection  # the resolved connection: master and deploy mode (no public accessor)
+    connection = resolved_connection(hook)  # master and deploy mode
     run_id = uuid.uuid4().hex
     args = submit_args(
         {**conf, RUN_ID: run_id},
@@ -246,9 +247,8 @@ def stop_submit(hook: Any, timeout: float = 60.0) -> None:
     :param hook: the ``SparkSubmitHook`` whose process to stop.
     """
     # SparkSubmitHook's public on_kill() SIGKILLs the spark-submit alone at once; a graceful stop of
-    # the whole tree needs SIGTERM first and its process group after, so this reads the hook's
-    # process handle (private, no public accessor).
-    proc = getattr(hook, "_submit_sp", None)
+    # the whole tree needs SIGTERM first and its process group after, so this needs the hook's process
+    proc = submit_process(hook)
     if proc is None or proc.poll() is not None:
         return
     if cluster_application(hook):
@@ -262,18 +262,6 @@ def stop_submit(hook: Any, timeout: float = 60.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def cluster_application(hook: Any) -> str | None:
-    """The application a cluster-mode spark-submit of ``hook`` started on its cluster (a YARN
-    application id, a Kubernetes driver pod, a standalone driver id), as the hook read it from
-    spark-submit's output; ``None`` in client mode or before the cluster answered. The hook keeps them
-    in private attributes (no public accessor); its public ``on_kill`` acts on them."""
-    for attr in ("_yarn_application_id", "_kubernetes_driver_pod", "_driver_id"):
-        found = getattr(hook, attr, None)
-        if found:
-            return str(found)
-    return None
 
 
 class SubmitEngine(Engine):

@@ -138,10 +138,11 @@ def kubernetes_provider_missing(where: str) -> KappaConfigError:
 def check_kubernetes_provider(master: str, where: str) -> None:
     """Refuse a Kubernetes ``master`` when SparkSubmitHook could not submit to it here.
 
-    The Spark provider imports the Kubernetes provider's ``kube_client`` under
-    ``contextlib.suppress(ImportError)``; without it, its hook fails with ``NameError: name
-    'kube_client' is not defined``, which names neither the setting nor the fix. Whether that
-    module global exists is exactly the hook's condition, so it is what is checked.
+    The Spark provider imports the Kubernetes provider's ``kube_client`` when its hook module loads,
+    under ``contextlib.suppress(ImportError, NameError)``; without it, its hook fails with ``NameError:
+    name 'kube_client' is not defined``, which names neither the setting nor the fix. The same import
+    is tried here (:func:`kubernetes_provider_installed`): the hook's condition, through the Kubernetes
+    provider's public module rather than the Spark provider's module global.
 
     :param master: a Spark master URL.
     :param where: the setting that gave it, with its value (for the message).
@@ -149,10 +150,18 @@ def check_kubernetes_provider(master: str, where: str) -> None:
     """
     if cluster_kind(master) != "kubernetes":
         return
-    import airflow.providers.apache.spark.hooks.spark_submit as spark_submit_hook
-
-    if not hasattr(spark_submit_hook, "kube_client"):
+    if not kubernetes_provider_installed():
         raise kubernetes_provider_missing(where)
+
+
+def kubernetes_provider_installed() -> bool:
+    """Whether the client SparkSubmitHook needs for a Kubernetes master, Airflow's Kubernetes provider's
+    ``kube_client`` module, imports here (the Spark provider's own condition, :func:`check_kubernetes_provider`)."""
+    try:
+        import airflow.providers.cncf.kubernetes.kube_client  # noqa: F401
+    except (ImportError, NameError):
+        return False
+    return True
 
 
 def _join(*values: str | None) -> str:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from airflow_provider_kappa.compat.pyspark import spark_files_root
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.conf_keys import AVAILABLE_NOW as AVAILABLE_NOW
 from airflow_provider_kappa.spark.conf_keys import BACKFILL as BACKFILL
@@ -261,12 +262,9 @@ def _local_or_shipped(path: str) -> Path:
     local = Path(path)
     if local.exists():
         return local
-    from pyspark import SparkFiles
-
-    # SparkFiles.get needs a SparkContext (driver) or a worker's files folder (executor); pyspark has
-    # no public test for either, so its two class attributes are read.
-    if SparkFiles._is_running_on_worker or SparkFiles._sc is not None:
-        shipped = Path(SparkFiles.get(local.name))
+    root = spark_files_root()
+    if root is not None:
+        shipped = Path(root).absolute() / local.name
         if shipped.exists():
             return shipped
     in_cwd = Path.cwd() / local.name

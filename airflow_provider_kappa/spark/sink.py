@@ -1,7 +1,8 @@
 """The ``kappa_iceberg`` stream writer: exactly-once micro-batch appends to an Iceberg table.
 
 Executors turn their Arrow batches into Parquet data files in the table's location with
-pyiceberg's own writer (partitioned by the table's spec, with column metrics) and send
+pyiceberg's own writer (partitioned by the table's spec, with column metrics; a private API, through
+:mod:`airflow_provider_kappa.compat.pyiceberg`) and send
 the files' descriptions back. The driver commits one micro-batch as ONE Iceberg fast
 append whose snapshot summary carries ``kappa.writer-id``, ``kappa.query-id`` (the
 streaming query id from the checkpoint, when the checkpoint is on a local file system),
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +54,7 @@ from urllib.parse import urlparse
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from airflow_provider_kappa.compat.pyiceberg import write_data_files
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSupersededError
 from airflow_provider_kappa.faults import retry_transient
 from airflow_provider_kappa.spark.catalog import catalog_from_options, ensure_namespace, load_table
@@ -227,7 +228,6 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         """Write this task's rows as Parquet data files of the table; return their descriptions."""
         import pyarrow as pa
         from pyiceberg.io import load_file_io
-        from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
         if self._superseded is not None:
             raise self._superseded
@@ -241,7 +241,7 @@ class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
         io = load_file_io(self._io_properties, self._metadata.location)
         written: list[WireDataFile] = []
         try:
-            for data_file in _dataframe_to_data_files(self._metadata, rows, io, write_uuid=uuid.uuid4()):
+            for data_file in write_data_files(self._metadata, rows, io):
                 written.append(WireDataFile.of(data_file, self._metadata.default_spec_id))
         except BaseException:
             for wire in written:

@@ -41,20 +41,15 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_provider_kappa.compat.pyspark import WORKER_MODULES
+
 #: Environment variable naming the zygote's Unix socket (set on the server's environment).
 SOCKET_ENV = "KAPPA_WARM_DAEMON_SOCKET"
-#: Imported once by the zygote: pyspark's daemon and worker modules, Arrow, pyiceberg, the
-#: kappa_iceberg source and sink (what a slice's Python processes import).
+#: Imported once by the zygote: pyspark's daemon and worker modules (their names are pyspark's
+#: internals: :mod:`airflow_provider_kappa.compat.pyspark`), Arrow, pyiceberg, the kappa_iceberg
+#: source and sink (what a slice's Python processes import).
 PRELOAD = (
-    "pyspark.daemon",
-    "pyspark.worker",
-    "pyspark.sql.worker.create_data_source",
-    "pyspark.sql.worker.lookup_data_sources",
-    "pyspark.sql.worker.plan_data_source_read",
-    "pyspark.sql.worker.write_into_data_source",
-    "pyspark.sql.worker.commit_data_source_write",
-    "pyspark.sql.worker.python_streaming_sink_runner",
-    "pyspark.sql.streaming.python_streaming_source_runner",
+    *WORKER_MODULES,
     "pyarrow",
     "pyarrow.compute",
     "pyarrow.fs",
@@ -287,14 +282,15 @@ def _run_module(module: str, argv: Sequence[str]) -> None:
         *(p for p in sys.path if p not in pythonpath and p not in ("", os.getcwd())),
     ]
     sys.argv = [module, *argv]
-    if module == "pyspark.daemon":
-        from pyspark.daemon import manager
-
-        manager()  # runpy would import a second copy of pyspark.daemon
-    else:
-        with warnings.catch_warnings():  # "found in sys.modules ... prior to execution": preloaded on purpose
-            warnings.simplefilter("ignore", RuntimeWarning)
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    # `python -m pyspark.daemon` is the daemon's public entry (spark.python.daemon.module): run as
+    # __main__ like the others, its body only defines functions over the modules preloaded
+    with warnings.catch_warnings():
+        # "'M' found in sys.modules after import of package 'P', but prior to execution of 'M'":
+        # preloaded on purpose; every other warning shows as in a cold start
+        warnings.filterwarnings(
+            "ignore", message=".* found in sys.modules after import of package", category=RuntimeWarning
+        )
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,8 @@ from pathlib import Path
 import airflow_env  # noqa: F401  (a private AIRFLOW_HOME before Airflow is imported)
 import pytest
 
-from airflow_provider_kappa.engine.submit import cluster_application, stop_submit
+from airflow_provider_kappa.compat.spark_provider import cluster_application, submit_process
+from airflow_provider_kappa.engine.submit import stop_submit
 
 APP = "application_1700000000000_0042"
 
@@ -58,13 +59,14 @@ def test_stopping_a_yarn_cluster_submit_kills_its_application(
     runner = threading.Thread(target=run)
     runner.start()
     deadline = time.monotonic() + 20
-    while getattr(hook, "_submit_sp", None) is None and time.monotonic() < deadline:
+    while submit_process(hook) is None and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # the client printed its application id
     assert cluster_application(hook) == (APP if deploy_mode == "cluster" else None)
     stop_submit(hook, timeout=5)
     runner.join(timeout=20)
-    assert not runner.is_alive() and hook._submit_sp.poll() is not None
+    proc = submit_process(hook)
+    assert not runner.is_alive() and proc is not None and proc.poll() is not None
     if deploy_mode == "cluster":
         assert calls.read_text().split() == ["application", "-kill", APP]
     else:  # client mode: the driver was the local process, stopped with it; nothing to kill on the cluster

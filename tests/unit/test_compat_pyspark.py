@@ -1,0 +1,57 @@
+"""The pyspark adapter (``airflow_provider_kappa/compat/pyspark.py``): the ``SparkFiles`` class attributes
+it reads and the worker modules the warm daemon preloads are still there in the installed pyspark, and
+the adapter tells where shipped files are exactly when pyspark's own worker set-up says so. No Spark
+session: a Python worker's set-up is pyspark's own, fed the stream a Spark executor sends."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+from pathlib import Path
+
+import pytest
+from private_api import changed, require_attributes
+
+from airflow_provider_kappa.compat.pyspark import WORKER_MODULES, spark_files_root
+
+
+def test_the_installed_pyspark_has_the_spark_files_attributes_kappa_reads() -> None:
+    from pyspark import SparkFiles
+
+    require_attributes(
+        "pyspark", SparkFiles, "pyspark.SparkFiles", ("_is_running_on_worker", "_sc", "getRootDirectory"), "pyspark"
+    )
+
+
+@pytest.mark.parametrize("module", WORKER_MODULES)
+def test_the_installed_pyspark_has_the_worker_modules_the_warm_daemon_preloads(module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.fail(
+            changed("pyspark", module, "is gone (the warm daemon's processes running it start cold)", "pyspark")
+        )
+
+
+def test_shipped_files_are_found_only_where_sparkfiles_knows_their_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark import SparkFiles
+    from pyspark.serializers import write_int, write_with_length
+
+    # what the test changes in this process is put back afterwards
+    monkeypatch.setattr(SparkFiles, "_is_running_on_worker", SparkFiles._is_running_on_worker)
+    monkeypatch.setattr(SparkFiles, "_root_directory", SparkFiles._root_directory)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+    assert spark_files_root() is None  # a plain process: no SparkContext, not a worker
+
+    try:
+        from pyspark.worker_util import setup_spark_files
+    except ImportError as e:
+        pytest.fail(changed("pyspark", "pyspark.worker_util.setup_spark_files", f"is gone ({e})", "pyspark"))
+    stream = io.BytesIO()
+    write_with_length(str(tmp_path).encode(), stream)  # the executor's files folder
+    write_int(0, stream)  # no Python includes
+    stream.seek(0)
+    setup_spark_files(stream)  # what every Python worker runs first
+    assert spark_files_root() == str(tmp_path)
