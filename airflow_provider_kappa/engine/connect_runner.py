@@ -48,6 +48,12 @@ DRAIN_SECONDS = 30.0
 #: runner may take to stop its queries and its session before it exits anyway: a server that is gone
 #: would otherwise keep the client retrying for minutes. Below the launcher's own grace (20 s).
 STOP_SECONDS = 15.0
+#: The same when the launcher is gone (the parent-death signal): ``kappa backfill`` killed takes its
+#: local server with it, and a launcher that died cannot release the session anyway; the epoch fence
+#: refuses whatever the query would still commit. So a runner ends within seconds of its launcher.
+ORPHAN_STOP_SECONDS = 3.0
+#: The launcher's pid, read when the runner starts (a parent-death signal arrives once it changed).
+_PARENT = os.getppid()
 #: The exit code of a runner that gave up stopping its queries and session (the deadline, or a second
 #: SIGTERM): its launcher then releases the session itself.
 GAVE_UP_EXIT = 124
@@ -212,12 +218,14 @@ def stop_session(remote: str) -> int:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    """The first SIGTERM ends the run like Ctrl-C and gives the stop :data:`STOP_SECONDS`; a second
-    one, or the stop running out of time (its server gone), ends the process at once."""
+    """The first SIGTERM ends the run like Ctrl-C and gives the stop :data:`STOP_SECONDS`
+    (:data:`ORPHAN_STOP_SECONDS` when the launcher is gone); a second one, or the stop running out of
+    time (its server gone), ends the process at once."""
     if _STOPPING.is_set():
         os._exit(GAVE_UP_EXIT)
     _STOPPING.set()
-    deadline = threading.Timer(STOP_SECONDS, os._exit, args=(GAVE_UP_EXIT,))
+    budget = ORPHAN_STOP_SECONDS if os.getppid() != _PARENT else STOP_SECONDS
+    deadline = threading.Timer(budget, os._exit, args=(GAVE_UP_EXIT,))
     deadline.daemon = True
     deadline.start()
     raise KeyboardInterrupt(f"signal {signum}")

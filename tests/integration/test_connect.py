@@ -143,7 +143,7 @@ def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_c
 ) -> None:
     """Spark keeps each session's Python planner daemons for the server's life (about five per slice):
     with ``KAPPA_CONNECT_RECYCLE_EVERY=2``, seven slices run on four servers one after the other, the
-    daemons alive at any time stay those of at most two sessions, and the backfill is exact."""
+    daemons under a server stay those of at most two sessions, and the backfill is exact."""
     import psutil  # type: ignore[import-untyped]
     import pyarrow as pa
     from lake import sessions_arrow
@@ -160,19 +160,24 @@ def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_c
     done = threading.Event()
 
     def sample() -> None:
+        """The most ``pyspark.daemon`` processes under one server (Spark starts them as its children)."""
         while not done.is_set():
             for state_file in checkpoints.rglob("connect/server.json"):
                 state = read_state(state_file)
-                if state is not None:
-                    servers.add(state.pid)
-            daemons = 0
-            for p in psutil.Process().children(recursive=True):
+                if state is None:
+                    continue
+                servers.add(state.pid)
                 try:
-                    if "pyspark.daemon" in " ".join(p.cmdline()):
-                        daemons += 1
+                    children = psutil.Process(state.pid).children()
                 except psutil.Error:
-                    pass
-            most[0] = max(most[0], daemons)
+                    continue
+                daemons = 0
+                for p in children:
+                    try:
+                        daemons += "pyspark.daemon" in " ".join(p.cmdline())
+                    except psutil.Error:
+                        pass
+                most[0] = max(most[0], daemons)
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -186,9 +191,9 @@ def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_c
     assert code == 0, out + err
     assert "slices run 7/7" in out, out
     assert len(servers) == 4, servers  # sessions 1-2, 3-4, 5-6 and 7: recycled after every second one
-    # without recycling, ~5 daemons per slice: 37 by the seventh (measured); with it, those of two sessions and
-    # the executors' shared daemon
-    assert 0 < most[0] <= 16, most[0]
+    # without recycling, ~5 daemons per slice: 37 by the seventh (measured); with it, one server holds those
+    # of two sessions and the executors' shared daemon
+    assert 0 < most[0] <= 14, most[0]
     target = catalog.load_table("prod.playback_sessions")
     assert sorted_rows(target) == sorted_rows(pa.Table.from_pylist(expected, schema=sessions_arrow()))
     assert not list(checkpoints.rglob("connect/server.json"))  # the last server stopped at the end
