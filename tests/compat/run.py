@@ -129,7 +129,11 @@ def build_wheel(work: Path) -> Path:
     copy_checkout(source, with_package=True)
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)], env=env)
+    argv = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)]
+    built = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if built.returncode != 0:  # setuptools' warnings are long: shown only when the build fails
+        print(built.stdout + built.stderr, file=sys.stderr)
+        raise SystemExit(f"test-compat: the wheel build failed (exit {built.returncode})")
     (wheel,) = out.glob("*.whl")
     return wheel
 
