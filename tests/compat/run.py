@@ -167,8 +167,8 @@ def install(end: End, wheel: Path, fresh: bool) -> Path:
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     run([*pip, "install", "--quiet", "--upgrade", "pip"])
     constraints = ["-c", str(end.constraints)] if end.constraints else []
-    # --no-compile: bytecode is written on first import, for the modules the tests load (a third of the time
-    # of an install spent compiling all of Airflow otherwise)
+    # --no-compile: bytecode is written on first import, for the modules the tests load, not at install for
+    # every module of Airflow and its dependencies
     run([*pip, "install", "--quiet", "--no-compile", *constraints, f"{wheel}[test,demo]"])
     # pyspark-client (from the Spark provider) overwrites part of the pyspark package; reinstall
     # pyspark last so that every file is pyspark's own (the same release)
