@@ -66,11 +66,14 @@ def fromisoformat(text: str) -> datetime:
     """``datetime.fromisoformat`` as Python 3.11 reads the common forms, on every supported Python.
 
     Python 3.10's refuses a ``Z`` offset, offsets without a colon or minutes and fractions of other than
-    3 or 6 digits; those are rewritten to the form it reads (``+00:00``, ``+02:00``, 6 digits) first.
+    3 or 6 digits; those are rewritten to the form it reads (``+00:00``, ``+02:00``, 6 digits) first. A
+    lower-case ``z`` (RFC 3339) is read as ``Z`` on every Python.
 
     :param text: an ISO-8601 date or date and time.
     :raises ValueError: not a timestamp either Python reads.
     """
+    if text.endswith("z"):  # RFC 3339's lower-case z, which the Params form's pattern lets through
+        text = text[:-1] + "Z"
     try:
         return datetime.fromisoformat(text)
     except ValueError:
