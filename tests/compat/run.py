@@ -115,19 +115,28 @@ def checkout_files() -> list[str]:
     return [f for f in out.decode().split("\0") if f and (ROOT / f).is_file()]
 
 
-def copy_checkout(dest: Path, *, with_package: bool) -> None:
-    for name in checkout_files():
-        if not with_package and name.split("/", 1)[0] == PACKAGE:
-            continue
+def copy_files(names: list[str], source: Path, dest: Path) -> None:
+    for name in names:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, target)
+        shutil.copy2(source / name, target)
 
 
-def build_wheel(work: Path) -> Path:
-    """One wheel of the checkout's files, built in a copy (the checkout gets no build/ or egg-info)."""
-    source, out = work / "source", CACHE / "wheel"
-    copy_checkout(source, with_package=True)
+def snapshot(work: Path, ends: list[End]) -> tuple[Path, dict[str, Path]]:
+    """One copy of the checkout's files (the wheel is built from it) and, for each end, a copy of that
+    without the package (its tests run there): edits made while the ends run change neither."""
+    names, source = checkout_files(), work / "source"
+    copy_files(names, ROOT, source)
+    outside = [n for n in names if n.split("/", 1)[0] != PACKAGE]
+    trees = {end.name: work / f"tree-{end.name}" for end in ends}
+    for tree in trees.values():
+        copy_files(outside, source, tree)
+    return source, trees
+
+
+def build_wheel(source: Path) -> Path:
+    """One wheel of ``source`` (a copy: the checkout gets no build/ or egg-info)."""
+    out = CACHE / "wheel"
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
     argv = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)]
@@ -211,10 +220,8 @@ def test_env(python: Path) -> dict[str, str]:
     return env
 
 
-def test_end(end: End, python: Path, work: Path, pytest_args: list[str]) -> bool:
-    """The end's tests from a copy of the checkout without the package; True when they pass."""
-    tree = work / f"tree-{end.name}"
-    copy_checkout(tree, with_package=False)
+def test_end(end: End, python: Path, tree: Path, pytest_args: list[str]) -> bool:
+    """The end's tests from ``tree``, a copy of the checkout without the package; True when they pass."""
     env = test_env(python)
     where = subprocess.run(
         [str(python), "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
@@ -244,15 +251,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kappa-compat-") as tmp:
         work = Path(tmp)
         started = time.monotonic()
-        wheel = build_wheel(work)
-        log(f"built {wheel.name} in {time.monotonic() - started:.0f} s")
         ends = [ENDS[key] for key in args.end or list(ENDS)]
+        source, trees = snapshot(work, ends)
+        wheel = build_wheel(source)
+        log(f"built {wheel.name} in {time.monotonic() - started:.0f} s")
         # every end installs at once (downloads and unpacking overlap the first end's tests); the tests
         # run one end after the other (Spark takes both cores)
         with ThreadPoolExecutor(max_workers=len(ends)) as pool:
             installs = [pool.submit(install, end, wheel, args.fresh) for end in ends]
             for end, python in zip(ends, installs):
-                if not test_end(end, python.result(), work, pytest_args):
+                if not test_end(end, python.result(), trees[end.name], pytest_args):
                     failed.append(end.name)
     log(f"failed: {', '.join(failed)}" if failed else f"passed: {', '.join(e.name for e in ends)}")
     return 1 if failed else 0
