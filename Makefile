@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install java chromium clean
+.PHONY: demo test test-fast test-compat lint install java chromium clean
 
 demo: $(STAMP)
 	$(BIN)/kappa demo
@@ -19,6 +19,12 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
 
 install: $(STAMP)
+
+# both ends of the supported Python range from the wheel, not the checkout (tests/compat/run.py): Python
+# 3.10 with the lowest declared Airflow, providers and pyiceberg, Python 3.13 with the newest; each in a
+# venv of its own under .cache/compat, reused while the wheel and its constraints are the same
+test-compat: $(STAMP)
+	$(BIN)/python tests/compat/run.py
 
 # ruff lint + format check (pyproject.toml [tool.ruff]); part of `make test`
 lint: $(STAMP)
@@ -50,4 +56,4 @@ $(STAMP): setup.cfg pyproject.toml jvm/fetch.sh jvm/spark-kafka/pom.xml jvm/kafk
 	touch $(STAMP)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .cache/jvm
+	rm -rf $(VENV) build *.egg-info .cache/jvm .cache/compat

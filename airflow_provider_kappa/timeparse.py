@@ -6,6 +6,7 @@ Pure Python on purpose: it runs at DAG-parse time, in the CLI and inside Spark.
 from __future__ import annotations
 
 import re
+import sys
 from datetime import datetime, timedelta, timezone
 
 from airflow_provider_kappa.exceptions import KappaConfigError
@@ -57,6 +58,40 @@ def parse_duration(value: object, key: str, *, allow_zero: bool = False) -> time
     return result
 
 
+#: the end of an ISO-8601 time: a fraction of a second, then an offset (``Z``, ``+02``, ``+0200``, ``+02:00``)
+_TIME_TAIL = re.compile(r"(\.\d+)?(Z|[+-]\d\d(?::?\d\d)?)?$")
+
+
+def fromisoformat(text: str) -> datetime:
+    """``datetime.fromisoformat`` as Python 3.11 reads the common forms, on every supported Python.
+
+    Python 3.10's refuses a ``Z`` offset, offsets without a colon or minutes and fractions of other than
+    3 or 6 digits; those are rewritten to the form it reads (``+00:00``, ``+02:00``, 6 digits) first. A
+    lower-case ``z`` (RFC 3339) is read as ``Z`` on every Python.
+
+    :param text: an ISO-8601 date or date and time.
+    :raises ValueError: not a timestamp either Python reads.
+    """
+    if text.endswith("z"):  # RFC 3339's lower-case z, which the Params form's pattern lets through
+        text = text[:-1] + "Z"
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        if sys.version_info >= (3, 11) or len(text) <= 11:
+            raise
+    head, time = text[:11], text[11:]
+    match = _TIME_TAIL.search(time)
+    assert match is not None  # every group is optional: it always matches
+    fraction, offset = match.group(1) or "", match.group(2) or ""
+    if fraction:
+        fraction = "." + (fraction[1:] + "000000")[:6]
+    if offset == "Z":
+        offset = "+00:00"
+    elif offset:
+        offset = offset[:3] + ":" + (offset[3:].lstrip(":") or "00")
+    return datetime.fromisoformat(head + time[: match.start()] + fraction + offset)
+
+
 def parse_timestamp(value: object, key: str) -> datetime:
     """Parse an ISO-8601 timestamp that carries an offset; return it in UTC.
 
@@ -68,7 +103,7 @@ def parse_timestamp(value: object, key: str) -> datetime:
         parsed = value
     elif isinstance(value, str):
         try:
-            parsed = datetime.fromisoformat(value.strip())
+            parsed = fromisoformat(value.strip())
         except ValueError as e:
             raise KappaConfigError(
                 f"{key}: {value!r} is not an ISO-8601 timestamp; expected e.g. 2026-11-25T10:00:00+00:00"

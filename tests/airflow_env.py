@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from paths import EXAMPLES, REPO
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "airflow_provider_kappa" / "examples"
 #: A secret planted in catalog properties: it must appear in no log, XCom or command line.
 PLANTED_SECRET = "PLANTED-s3cr3t-7f1d"
 

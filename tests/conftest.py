@@ -33,6 +33,16 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 _CDS = tempfile.mkdtemp(prefix="kappa-test-cds-")
 os.environ["KAPPA_CACHE_DIR"] = _CDS
 sys.path.insert(0, str(Path(__file__).parent))
+# `make test-compat` (tests/compat/run.py) tests an installed wheel: the package must come from that
+# venv's site-packages, never from a checkout
+if os.environ.get("KAPPA_TEST_INSTALLED_IN"):
+    import airflow_provider_kappa
+
+    if not Path(airflow_provider_kappa.__file__).resolve().is_relative_to(os.environ["KAPPA_TEST_INSTALLED_IN"]):
+        raise pytest.UsageError(
+            f"airflow_provider_kappa is imported from {airflow_provider_kappa.__file__}, not from the wheel "
+            f"installed in {os.environ['KAPPA_TEST_INSTALLED_IN']}"
+        )
 # py4j logs "Closing down clientserver connection" at INFO from a finalizer at interpreter exit, when
 # the handler an Airflow test installed writes to a stream pytest has closed: a "--- Logging error ---"
 # traceback after the summary. Its INFO lines say nothing a test needs.

@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.exactness import Exactness
@@ -37,6 +36,7 @@ from airflow_provider_kappa.exceptions import (
 )
 from airflow_provider_kappa.faults import transient_cause
 from airflow_provider_kappa.job.config import load_config
+from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

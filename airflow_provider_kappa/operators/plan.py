@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseBranchOperator
-from airflow.sdk.exceptions import AirflowFailException
-
 from airflow_provider_kappa.backfill.params import SEQUENTIAL
 from airflow_provider_kappa.backfill.plan import plan as plan_slices
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
+from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException, BaseBranchOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -6,12 +6,11 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
-
 from airflow_provider_kappa.backfill.plan import SlicePlan, slice_id
 from airflow_provider_kappa.backfill.slices import run_slice, slice_ready
 from airflow_provider_kappa.engine.processes import stop_running
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
+from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException, AirflowRescheduleException
 from airflow_provider_kappa.operators.lineage import (
     KappaLineageMixin,
     Lineage,

@@ -34,13 +34,13 @@ from typing import Any
 import pytest
 import yaml
 from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sessions_arrow, sorted_rows
+from paths import EXAMPLES, REPO
 from servers import wait_until
 from servers.airflow_server import AirflowClient, AirflowDeployment, airflow_deployment, connection_env
 from servers.postgres import PostgresServer, postgres  # noqa: F401  (module-scoped cluster: the metadata DB)
 from servers.processes import ProcessWatch, listening_ports
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "airflow_provider_kappa" / "examples" / "playback_sessions"
+EXAMPLE = EXAMPLES / "playback_sessions"
 BACKFILL_DAG = "kappa_backfill_playback_sessions"
 TARGET = "prod.playback_sessions"
 

@@ -23,6 +23,7 @@ import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
 from airflow_env import REPO, airflow_db  # noqa: F401  (fixture)
 from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident
+from paths import EXAMPLES
 from servers.browser import headless_chromium
 
 DAG_FILE = REPO / "dags" / "playback_sessions_backfill.py"
@@ -98,9 +99,7 @@ def test_extra_links_of_the_real_task_instances(backfill: dict[str, Any], monkey
     from airflow_provider_kappa.job.config import load_config
 
     monkeypatch.setenv("KAPPA_LAKE", str(backfill["lake"]))  # the example config's ${KAPPA_LAKE}
-    bf = Backfill.create(
-        load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml"), RUN_CONF
-    )
+    bf = Backfill.create(load_config(EXAMPLES / "playback_sessions" / "kappa.yaml"), RUN_CONF)
     report = Path(bf.store().report_file())
     assert report.is_file() and report.parent.parent.name == "backfill"
     tis = backfill["tis"]

@@ -14,6 +14,7 @@ import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
 from airflow_env import REPO, airflow_db  # noqa: F401  (fixture)
 from lake import INCIDENT_END, INCIDENT_START, create_events_table, seed_sessions_incident, sorted_rows
+from paths import EXAMPLES
 
 DAG_FILE = REPO / "dags" / "playback_sessions_backfill.py"
 RUN_CONF = {
@@ -192,9 +193,7 @@ def test_serialized_params_are_what_the_api_server_and_form_use(lake: Path) -> N
     from airflow_provider_kappa.job.config import load_config
 
     served = DagSerialization.from_dict(DagSerialization.to_dict(load_dag())).params
-    schemas = param_schemas(
-        load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml")
-    )
+    schemas = param_schemas(load_config(EXAMPLES / "playback_sessions" / "kappa.yaml"))
     for name, schema in schemas.items():
         param = served.get_param(name)
         assert param.schema == {k: v for k, v in schema.items() if k not in ("default", "description")}
@@ -220,9 +219,7 @@ def test_a_failed_sequential_slice_stops_the_slices_after_it(
 
     seed_sessions_incident(catalog)
     path = write_job_config(tmp_path, catalog_props)
-    path.write_text(
-        path.read_text().replace(str(REPO / "airflow_provider_kappa" / "examples"), str(tmp_path / "broken"))
-    )
+    path.write_text(path.read_text().replace(str(EXAMPLES), str(tmp_path / "broken")))
     app = tmp_path / "broken" / "playback_sessions" / "playback_sessions.py"
     app.parent.mkdir(parents=True)
     app.write_text('raise SystemExit("kappa test: this job fails on purpose")\n')
@@ -279,7 +276,7 @@ def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_ass
     in_incident = lambda rows: [r for r in rows if INCIDENT_START <= r[1] < INCIDENT_END]  # noqa: E731
     after = sorted_rows(catalog.load_table("prod.playback_sessions"))
     assert in_incident(after) == in_incident(sorted_rows(_arrow(expected))) != []
-    config = load_config(REPO / "airflow_provider_kappa" / "examples" / "playback_sessions" / "kappa.yaml")
+    config = load_config(EXAMPLES / "playback_sessions" / "kappa.yaml")
     backfill_id = Backfill.create(config, {**conf, "start": day[0].isoformat(), "end": day[1].isoformat()}).id
     out = capfd.readouterr().out
     assert f"backfill {backfill_id}: parameters" in out

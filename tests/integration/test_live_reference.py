@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from paths import EXAMPLES
 
 from airflow_provider_kappa.demo.lakegen import LakeSpec, generate_lake, landed_events, local_catalog
 from airflow_provider_kappa.demo.live_reference import reference_conf, run_live_reference
 from airflow_provider_kappa.engine.progress import event_log_conf, read_progress
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "airflow_provider_kappa" / "examples"
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 GAP = pd.Timedelta(minutes=5)
 

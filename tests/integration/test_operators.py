@@ -20,17 +20,17 @@ import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
 import yaml
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk.exceptions import (
-    AirflowException,
-    AirflowFailException,
-    AirflowRescheduleException,
-    AirflowSkipException,
-)
 from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_env import PLANTED_SECRET, write_job_config
 from lake import T0, append_events, create_events_table, create_sessions_table, event, sessions_arrow, sorted_rows
 
 from airflow_provider_kappa.engine.progress import PROGRESS_EVENT
+from airflow_provider_kappa.operators.airflow_sdk import (
+    AirflowException,
+    AirflowFailException,
+    AirflowRescheduleException,
+    AirflowSkipException,
+)
 from airflow_provider_kappa.operators.plan import KappaModeBranchOperator, KappaPlanOperator
 from airflow_provider_kappa.operators.publish import KappaPublishOperator, target_asset
 from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import EXAMPLES
 
 from airflow_provider_kappa.engine.launch import SliceRun, live_conf, slice_conf
 from airflow_provider_kappa.exceptions import KappaConfigError
@@ -22,7 +23,6 @@ from airflow_provider_kappa.spark.resolve import (
 )
 from airflow_provider_kappa.spark.settings import KafkaSourceSettings, load_settings
 
-EXAMPLES = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples"
 UTC = timezone.utc
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from paths import EXAMPLES
 
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.job.config import (
@@ -17,8 +18,6 @@ from airflow_provider_kappa.job.config import (
     KafkaSourceConfig,
     load_config,
 )
-
-EXAMPLES = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples"
 
 BASE: dict[str, Any] = {
     "job": {"name": "rmi", "application": "job.py", "checkpoint_root": "/tmp/ckpt", "spark_conf": {"a": "1"}},

@@ -1,15 +1,15 @@
 """Honest dependencies: every requirement of setup.cfg is imported by the package, and the Python
-versions declared (classifiers, python_requires, mypy, the Makefile) are the one tested."""
+versions declared (classifiers, python_requires, mypy, the Makefile) are the range whose two ends
+`make test-compat` runs, and its low end installs the lowest versions setup.cfg declares."""
 
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import re
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).parents[2]
-PACKAGE = ROOT / "airflow_provider_kappa"
+from paths import PACKAGE, REPO
 
 #: distribution -> the module it provides to the package (pyspark-client installs ``pyspark`` too)
 MODULES = {
@@ -27,7 +27,7 @@ MODULES = {
 
 def setup_cfg() -> configparser.ConfigParser:
     cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg")
+    cfg.read(REPO / "setup.cfg")
     return cfg
 
 
@@ -48,12 +48,43 @@ def test_every_requirement_is_imported_by_the_package() -> None:
     assert not unused, f"declared but never imported by the package: {unused}"
 
 
-def test_the_python_versions_declared_are_the_one_tested() -> None:
+def compat_ends() -> dict[str, object]:
+    """``make test-compat``'s ends (tests/compat/run.py's ENDS), loaded from the file."""
+    spec = importlib.util.spec_from_file_location("compat_run", REPO / "tests" / "compat" / "run.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return dict(module.ENDS)
+
+
+def test_the_python_versions_declared_are_the_range_whose_ends_make_test_compat_runs() -> None:
     cfg = setup_cfg()
-    tested = f"{sys.version_info.major}.{sys.version_info.minor}"
     classifiers = re.findall(r"Programming Language :: Python :: (\d+\.\d+)", cfg["metadata"]["classifiers"])
-    assert classifiers == [tested]
-    minor = sys.version_info.minor
-    assert cfg["options"]["python_requires"] == f">=3.{minor},<3.{minor + 1}"
-    assert cfg["mypy"]["python_version"] == tested
-    assert f"PYTHON ?= python{tested}" in (ROOT / "Makefile").read_text()
+    minors = [int(c.split(".")[1]) for c in classifiers]
+    low, high = minors[0], minors[-1]
+    assert minors == list(range(low, high + 1)), classifiers
+    assert cfg["options"]["python_requires"] == f">=3.{low},<3.{high + 1}"
+    assert cfg["mypy"]["python_version"] == f"3.{low}"
+    ends = compat_ends()
+    assert [ends["low"].python, ends["high"].python] == [f"3.{low}", f"3.{high}"]  # type: ignore[attr-defined]
+    assert low <= sys.version_info.minor <= high
+    default = re.search(r"^PYTHON \?= python3\.(\d+)$", (REPO / "Makefile").read_text(), re.M)
+    assert default and low <= int(default.group(1)) <= high
+
+
+def test_the_low_end_pins_the_lowest_versions_setup_cfg_declares() -> None:
+    """tests/compat/lowest.txt pins each of its distributions at setup.cfg's own lower bound."""
+    declared = {
+        re.split(r"[\[<>=!~ ]", line.strip(), maxsplit=1)[0].lower(): line.strip()
+        for line in setup_cfg()["options"]["install_requires"].splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    }
+    pins = [
+        line.split("==")
+        for line in (REPO / "tests" / "compat" / "lowest.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert {name for name, _ in pins} >= {"apache-airflow", "pyiceberg"}
+    for name, version in pins:
+        assert re.search(rf">={re.escape(version)}(,|$)", declared[name]), (name, version, declared[name])

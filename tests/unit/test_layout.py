@@ -13,8 +13,8 @@ import ast
 from pathlib import Path
 
 import pytest
+from paths import PACKAGE
 
-PACKAGE = Path(__file__).parents[2] / "airflow_provider_kappa"
 NAME = PACKAGE.name
 
 #: room -> rank; a module may import modules of its own room or of a lower rank

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import ast
 import sys
-from pathlib import Path
 
 import pytest
+from paths import PACKAGE
 
 from airflow_provider_kappa.operators.lineage import (
     catalog_namespace,
@@ -18,7 +18,7 @@ from airflow_provider_kappa.operators.lineage import (
 )
 from airflow_provider_kappa.redact import uri_location
 
-OPERATORS = Path(__file__).parents[2] / "airflow_provider_kappa" / "operators"
+OPERATORS = PACKAGE / "operators"
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from paths import EXAMPLES
 
 from airflow_provider_kappa.backfill.params import (
     CLI_PARAMS,
@@ -30,7 +31,6 @@ from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.timeparse import human_duration, parse_duration, parse_timestamp
 
-EXAMPLES = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples"
 START = "2026-11-01T00:00:00+00:00"
 END = "2026-11-01T03:00:00+00:00"
 
@@ -189,6 +189,7 @@ def test_duration_patterns_agree_with_the_parser(value: str) -> None:
     [
         "2026-11-01T00:00:00+00:00",
         "2026-11-01T00:00:00Z",
+        "2026-11-01T00:00:00z",
         "2026-11-01 00:00+01:00",
         "2026-11-01T00:00:00.5-05:00",
         "2026-11-01T00:00:00",

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from lake import T0, append_events, create_events_table, event
+from paths import EXAMPLES
 
 from airflow_provider_kappa.backfill import backfill as backfills
 from airflow_provider_kappa.backfill import plan as planning
@@ -19,7 +20,6 @@ from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan, aligne
 from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.job.config import load_config
 
-EXAMPLES = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples"
 UTC = timezone.utc
 
 

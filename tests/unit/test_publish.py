@@ -137,7 +137,8 @@ def test_conflicts_beyond_max_attempts_fail_without_changing_the_target_or_leavi
     stale = catalog.load_table(TARGET)
     catalog.load_table(TARGET).append(summary_table([summary_row(90, 8, 80)]))  # inside the window
     expected = sorted_rows(catalog.load_table(TARGET))
-    with pytest.raises(KappaSinkError, match="conflicted 1 time.*ValidationException"):
+    # pyiceberg 0.12 refuses the stale overwrite in its own validation, 0.11 at the catalog's commit
+    with pytest.raises(KappaSinkError, match="conflicted 1 time.*(ValidationException|CommitFailedException)"):
         replace_window(stale, summary_table(STAGED), "window_start", START, END, max_attempts=1)
     after = catalog.load_table(TARGET)
     assert sorted_rows(after) == expected

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import EXAMPLES
 
 from airflow_provider_kappa.backfill.compare import BUCKETS, MAX_DISTINCT
 from airflow_provider_kappa.backfill.validate import build_report, validate_window
@@ -24,7 +25,6 @@ from airflow_provider_kappa.timeaxis import DAY, HOUR, MINUTE, SECOND, count_tic
 from airflow_provider_kappa.timeparse import to_micros
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
-EXAMPLES = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples"
 
 
 def summary_rows(minutes: range, plays: Any = lambda m: 3, shows: int = 2) -> list[dict[str, Any]]:

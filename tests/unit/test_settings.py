@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from paths import EXAMPLES
 
 from airflow_provider_kappa.engine.launch import NO_DATA_BATCHES, SliceRun, live_conf, slice_conf, write_catalogs_file
 from airflow_provider_kappa.exceptions import KappaConfigError
@@ -21,7 +22,7 @@ from airflow_provider_kappa.spark.settings import (
     load_settings,
 )
 
-RMI = Path(__file__).parents[2] / "airflow_provider_kappa" / "examples" / "rmi" / "kappa.yaml"
+RMI = EXAMPLES / "rmi" / "kappa.yaml"
 UTC = timezone.utc
 
 

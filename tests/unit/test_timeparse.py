@@ -42,6 +42,11 @@ def test_timestamps() -> None:
     ts = parse_timestamp("2026-11-01T02:00:00+02:00", "start")
     assert ts == datetime(2026, 11, 1, 0, 0, tzinfo=timezone.utc)
     assert parse_timestamp("2026-11-01T00:00:00Z", "start") == ts
+    # the forms Python 3.11's fromisoformat reads and 3.10's does not, read alike on every Python
+    for same in ("2026-11-01T00:00:00z", "2026-11-01T02:00:00+0200", "2026-11-01T02:00:00+02", "2026-11-01 00:00Z"):
+        assert parse_timestamp(same, "start") == ts, same
+    assert parse_timestamp("2026-11-01T00:00:00.5Z", "start") == ts + timedelta(milliseconds=500)
+    assert parse_timestamp("2026-11-01T00:00:00.1234567+00:00", "start") == ts + timedelta(microseconds=123456)
     assert from_micros(to_micros(ts)) == ts
     with pytest.raises(KappaConfigError, match=r"start: '2026-11-01T00:00:00' is a naive timestamp"):
         parse_timestamp("2026-11-01T00:00:00", "start")

@@ -1,0 +1,270 @@
+"""``make test-compat``: both ends of the supported Python range, tested from the wheel, not the checkout.
+
+1. Builds the wheel once from a copy of the checkout's files (tracked and untracked, not ignored), with a
+   fixed ``SOURCE_DATE_EPOCH`` so that the same sources give the same wheel and the same hash.
+2. For each end, a venv of its own under ``.cache/compat/<end>`` (git-ignored): the wheel with its
+   ``[test,demo]`` extras, the low end under ``tests/compat/lowest.txt`` (the lowest versions setup.cfg
+   declares), the high end with the newest releases pip finds; then pyspark reinstalled last, as the
+   Makefile does (pyspark-client overwrites part of the ``pyspark`` package). A venv whose stamp names the
+   same wheel hash, constraints and interpreter is reused as it is. Both ends install at once.
+3. Runs :data:`TESTS` with the end's Python from a copy of the checkout without the package (so only the
+   installed wheel can be imported: ``tests/conftest.py`` checks it under ``KAPPA_TEST_INSTALLED_IN``).
+
+Usage: ``python tests/compat/run.py [--end low|high]... [--fresh] [pytest args...]``. Exit non-zero when
+an end fails to install or its tests fail. Standard library only: runs under any supported Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CACHE = ROOT / ".cache" / "compat"
+PACKAGE = "airflow_provider_kappa"
+#: a fixed build time (1980-01-01, the zip format's first day): the same sources give the same wheel
+SOURCE_DATE_EPOCH = "315532800"
+
+
+@dataclass(frozen=True)
+class End:
+    """One end of the supported range: a Python minor version and, for the low end, the constraints
+    pinning the lowest versions setup.cfg declares (None: the newest pip finds)."""
+
+    name: str
+    python: str
+    constraints: Path | None
+
+
+ENDS = {
+    "low": End("py3.10", "3.10", HERE / "lowest.txt"),
+    "high": End("py3.13", "3.13", None),
+}
+
+#: the unit tier, one CLI backfill per engine checked row for row against the correct (live) rows,
+#: and one ``dag.test()`` backfill
+TESTS = [
+    "tests/unit",
+    "tests/integration/test_cli.py::test_backfill_replaces_the_bad_window_end_to_end[submit]",
+    "tests/integration/test_cli.py::test_backfill_replaces_the_bad_window_end_to_end[connect]",
+    "tests/integration/test_dag.py::test_dag_run_replaces_the_bad_window_with_the_correct_rows[sequential]",
+]
+
+#: distributions whose installed versions each end prints
+SHOWN = (
+    "apache-airflow",
+    "apache-airflow-providers-apache-spark",
+    "apache-airflow-providers-apache-iceberg",
+    "pyspark",
+    "pyspark-client",
+    "pyiceberg",
+    "pandas",
+    "pyarrow",
+)
+
+
+def log(message: str) -> None:
+    print(f"[test-compat {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def run(argv: list[str], **kwargs: object) -> None:
+    subprocess.run(argv, check=True, **kwargs)  # type: ignore[call-overload]
+
+
+def find_python(minor: str) -> Path:
+    """The interpreter of Python ``minor``: ``$KAPPA_COMPAT_PYTHON_3_10`` (etc.), the newest pyenv
+    ``versions/<minor>.*``, else ``python<minor>`` on PATH."""
+    override = os.environ.get(f"KAPPA_COMPAT_PYTHON_{minor.replace('.', '_')}")
+    if override:
+        return Path(override)
+    try:
+        pyenv = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        pyenv = ""
+    found = glob.glob(os.path.join(pyenv, "versions", f"{minor}.*", "bin", "python")) if pyenv else []
+    if found:
+        return Path(max(found, key=lambda p: [int(x) for x in Path(p).parents[1].name.split(".") if x.isdigit()]))
+    on_path = shutil.which(f"python{minor}")
+    if on_path:
+        return Path(on_path)
+    raise SystemExit(
+        f"test-compat: Python {minor} is missing (pyenv install {minor}, or set KAPPA_COMPAT_PYTHON_{minor.replace('.', '_')})"
+    )
+
+
+def checkout_files() -> list[str]:
+    """The checkout's files as git sees them: tracked, and untracked but not ignored."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    return [f for f in out.decode().split("\0") if f and (ROOT / f).is_file()]
+
+
+def copy_files(names: list[str], source: Path, dest: Path) -> None:
+    for name in names:
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / name, target)
+
+
+def snapshot(work: Path, ends: list[End]) -> tuple[Path, dict[str, Path]]:
+    """One copy of the checkout's files (the wheel is built from it) and, for each end, a copy of that
+    without the package (its tests run there): edits made while the ends run change neither."""
+    names, source = checkout_files(), work / "source"
+    copy_files(names, ROOT, source)
+    outside = [n for n in names if n.split("/", 1)[0] != PACKAGE]
+    trees = {end.name: work / f"tree-{end.name}" for end in ends}
+    for tree in trees.values():
+        copy_files(outside, source, tree)
+    return source, trees
+
+
+def build_wheel(source: Path) -> Path:
+    """One wheel of ``source`` (a copy: the checkout gets no build/ or egg-info)."""
+    out = CACHE / "wheel"
+    shutil.rmtree(out, ignore_errors=True)
+    env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
+    argv = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)]
+    built = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if built.returncode != 0:  # setuptools' warnings are long: shown only when the build fails
+        print(built.stdout + built.stderr, file=sys.stderr)
+        raise SystemExit(f"test-compat: the wheel build failed (exit {built.returncode})")
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+def pyspark_pin() -> str:
+    """setup.cfg's ``pyspark==X`` requirement (the Makefile reinstalls it the same way)."""
+    for line in (ROOT / "setup.cfg").read_text().splitlines():
+        if line.strip().startswith("pyspark=="):
+            return line.strip().replace(" ", "")
+    raise SystemExit("test-compat: setup.cfg pins no pyspark==X")
+
+
+def install(end: End, wheel: Path, fresh: bool) -> Path:
+    """The end's venv with the wheel installed; reused when its stamp matches. Returns its Python."""
+    venv, python = CACHE / end.name, find_python(end.python)
+    stamp = {
+        "wheel": wheel.name,
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "constraints": end.constraints.read_text() if end.constraints else None,
+        "python": str(python),
+        "pyspark": pyspark_pin(),
+    }
+    stamp_file = venv / "kappa-compat.json"
+    if not fresh and stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
+        log(f"{end.name}: venv {venv} already has this wheel ({stamp['sha256'][:12]}), reused")
+        return venv / "bin" / "python"
+    started = time.monotonic()
+    shutil.rmtree(venv, ignore_errors=True)
+    run([str(python), "-m", "venv", str(venv)])
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    run([*pip, "install", "--quiet", "--upgrade", "pip"])
+    constraints = ["-c", str(end.constraints)] if end.constraints else []
+    # --no-compile: bytecode is written on first import, for the modules the tests load, not at install for
+    # every module of Airflow and its dependencies
+    run([*pip, "install", "--quiet", "--no-compile", *constraints, f"{wheel}[test,demo]"])
+    # pyspark-client (from the Spark provider) overwrites part of the pyspark package; reinstall
+    # pyspark last so that every file is pyspark's own (the same release)
+    run([*pip, "install", "--quiet", "--no-compile", "--no-deps", "--force-reinstall", stamp["pyspark"]])
+    stamp_file.write_text(json.dumps(stamp, indent=1))
+    log(f"{end.name}: installed in {time.monotonic() - started:.0f} s")
+    return venv / "bin" / "python"
+
+
+def versions(python: Path) -> str:
+    code = (
+        "import importlib.metadata as m, platform\n"
+        f"print('Python ' + platform.python_version() + ', ' + ', '.join(d + ' ' + m.version(d) for d in {SHOWN!r}))"
+    )
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_env(python: Path) -> dict[str, str]:
+    """The environment of an end's tests: its venv first on PATH, nothing that points at the checkout."""
+    venv = python.parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "VIRTUAL_ENV", "PYTHONHOME")}
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    jvm = Path(os.environ.get("KAPPA_JVM_DIR") or ROOT / ".cache" / "jvm")
+    if not (jvm / "spark-kafka").is_dir():
+        raise SystemExit(f"test-compat: the JVM artifacts are not in {jvm}: run `make install` (jvm/fetch.sh) first")
+    env.update(
+        PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        VIRTUAL_ENV=str(venv),
+        PYSPARK_PYTHON=str(python),
+        PYSPARK_DRIVER_PYTHON=str(python),
+        SPARK_LOCAL_IP="127.0.0.1",
+        KAPPA_JVM_DIR=str(jvm),
+        KAPPA_TEST_INSTALLED_IN=site,
+    )
+    return env
+
+
+def test_end(end: End, python: Path, tree: Path, pytest_args: list[str]) -> bool:
+    """The end's tests from ``tree``, a copy of the checkout without the package; True when they pass."""
+    env = test_env(python)
+    where = subprocess.run(
+        [str(python), "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not Path(where).is_relative_to(env["KAPPA_TEST_INSTALLED_IN"]):
+        raise SystemExit(f"test-compat: {end.name} imports {PACKAGE} from {where}, not from its venv")
+    log(f"{end.name}: {versions(python)}; {PACKAGE} from {where}")
+    started = time.monotonic()
+    argv = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", *TESTS, *pytest_args]
+    code = subprocess.run(argv, cwd=tree, env=env).returncode
+    log(f"{end.name}: tests {'passed' if code == 0 else f'FAILED (exit {code})'} in {time.monotonic() - started:.0f} s")
+    return code == 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--end", action="append", choices=sorted(ENDS), help="an end to run (default: both)")
+    parser.add_argument("--fresh", action="store_true", help="reinstall the venvs even when their stamp matches")
+    args, pytest_args = parser.parse_known_args(argv)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    failed = []
+    with tempfile.TemporaryDirectory(prefix="kappa-compat-") as tmp:
+        work = Path(tmp)
+        started = time.monotonic()
+        ends = [ENDS[key] for key in args.end or list(ENDS)]
+        source, trees = snapshot(work, ends)
+        wheel = build_wheel(source)
+        log(f"built {wheel.name} in {time.monotonic() - started:.0f} s")
+        # every end installs at once (downloads and unpacking overlap the first end's tests); the tests
+        # run one end after the other (Spark takes both cores)
+        with ThreadPoolExecutor(max_workers=len(ends)) as pool:
+            installs = [pool.submit(install, end, wheel, args.fresh) for end in ends]
+            for end, python in zip(ends, installs):
+                if not test_end(end, python.result(), trees[end.name], pytest_args):
+                    failed.append(end.name)
+    log(f"failed: {', '.join(failed)}" if failed else f"passed: {', '.join(e.name for e in ends)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
