@@ -10,9 +10,15 @@ everything else imports these names from here.
 from __future__ import annotations
 
 try:  # Airflow >= 3.2
-    from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
+    from airflow.sdk.exceptions import (
+        AirflowException,
+        AirflowFailException,
+        AirflowRescheduleException,
+        AirflowSkipException,
+    )
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import (  # type: ignore[no-redef]
+        AirflowException,
         AirflowFailException,
         AirflowRescheduleException,
         AirflowSkipException,
@@ -29,6 +35,7 @@ except ImportError:  # Airflow 3.1
     )
 
 __all__ = [
+    "AirflowException",
     "AirflowFailException",
     "AirflowRescheduleException",
     "AirflowSkipException",
