@@ -42,8 +42,11 @@ def test_shipped_files_are_found_only_where_sparkfiles_knows_their_folder(
     monkeypatch.setattr(SparkFiles, "_is_running_on_worker", SparkFiles._is_running_on_worker)
     monkeypatch.setattr(SparkFiles, "_root_directory", SparkFiles._root_directory)
     monkeypatch.setattr(sys, "path", list(sys.path))
+    # a plain process: no SparkContext (in the whole suite an earlier test's local Spark lives in this
+    # pytest process, and its driver rightly finds its files folder), not a worker
+    monkeypatch.setattr(SparkFiles, "_sc", None)
 
-    assert spark_files_root() is None  # a plain process: no SparkContext, not a worker
+    assert spark_files_root() is None
 
     try:
         from pyspark.worker_util import setup_spark_files
