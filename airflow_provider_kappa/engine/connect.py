@@ -43,6 +43,7 @@ from airflow_provider_kappa.engine.connect_server import (
 )
 from airflow_provider_kappa.engine.processes import RUNNING, child_options
 from airflow_provider_kappa.engine.progress import read_progress
+from airflow_provider_kappa.engine.shared_server import recycle_every, shared_session
 from airflow_provider_kappa.engine.submit import spark_env
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError
 from airflow_provider_kappa.job.checkpoints import CheckpointStore
@@ -290,26 +291,6 @@ def _follow(
     return gone
 
 
-#: Environment variable: sessions a kappa-owned local server runs before it is recycled (``0``: never).
-RECYCLE_ENV = "KAPPA_CONNECT_RECYCLE_EVERY"
-#: Sessions a kappa-owned local server runs before it is recycled, by default: about 250 idle Python
-#: daemons at most, and one server start (a few seconds) per 50 slices.
-RECYCLE_EVERY = 50
-
-
-def recycle_every() -> int:
-    """:data:`RECYCLE_EVERY`, or ``$KAPPA_CONNECT_RECYCLE_EVERY`` (``0``: never recycle).
-
-    :raises KappaConfigError: the variable is not a whole number >= 0 (naming it and its value).
-    """
-    raw = os.environ.get(RECYCLE_ENV, "").strip()
-    if not raw:
-        return RECYCLE_EVERY
-    if not raw.isdigit():
-        raise KappaConfigError(f"{RECYCLE_ENV}: {raw!r} is not a whole number of sessions; expected 0 (never) or more")
-    return int(raw)
-
-
 class ConnectEngine(Engine):
     """Engine ``connect``: every slice is one session of a Spark Connect server.
 
@@ -324,7 +305,9 @@ class ConnectEngine(Engine):
     The server :meth:`start` started is recycled (stopped and started again, between two slices)
     after every :func:`recycle_every` sessions: Spark keeps the Python planner daemons of each
     session (about five per slice) for the server's life, so a long backfill would otherwise grow
-    its process count with every slice. ``kappa backfill`` runs its slices one after the other.
+    its process count with every slice. ``kappa backfill`` runs its slices one after the other. The
+    slice tasks of an Airflow backfill, on the server its setup task started, count and recycle it
+    together (:func:`~airflow_provider_kappa.engine.shared_server.shared_session`).
 
     :param cfg: the job config.
     :param state_file: the state file of the server kappa owns for this backfill
@@ -417,10 +400,8 @@ class ConnectEngine(Engine):
         """One session of the slice; see :meth:`Engine.run`."""
         self._recycle()
         url = self.url or configured_url(self.cfg)
-        if url is None and self.state_file.is_file():
-            url = ensure_server(self.cfg, self.state_file).url
         session_id = str(uuid.uuid4())
-        if url is None:
+        if url is None and not self.state_file.is_file():
             log.warning(
                 "slice %s: no Spark Connect server (no job.connect, no server state file %s): starting one for this "
                 "slice alone, a Spark start per slice; kappa backfill and the DAG's setup task start one per backfill",
@@ -439,13 +420,24 @@ class ConnectEngine(Engine):
                     session_id=session_id,
                     token=server.token,
                 )
+        if url is None and self._owned is None:
+            # the server of the DAG's setup task, shared by the slice tasks: counted and recycled
+            # through its sessions book (engine/shared_server.py)
+            with shared_session(self.cfg, self.state_file, session_id) as shared:
+                return self._run_session(request, shared.url, session_id)
+        if url is None:
+            url = ensure_server(self.cfg, self.state_file).url
+            self._sessions += 1
+        return self._run_session(request, url, session_id)
+
+    def _run_session(self, request: SliceRunRequest, url: str, session_id: str) -> list[dict[str, Any]]:
+        """Run the slice's application as session ``session_id`` of the server at ``url``, recorded
+        for the next attempt while it runs."""
         self.store.record_session(
             request.slice_id, request.epoch, {"server": redact_url(url), "session_id": session_id}
         )
         state = read_state(self.state_file)
         owned = state is not None and state.url == url
-        if owned and self._owned is not None:
-            self._sessions += 1
         progress = run_application(
             request.application,
             request.conf,

@@ -32,7 +32,9 @@
 - ``report.html``: the backfill's HTML report (:meth:`CheckpointStore.report_file`).
 - ``logs/<slice_id>.log``: ``kappa backfill``'s slice logs (:meth:`CheckpointStore.log_folder`).
 - ``connect/server.json``: the state file of the Spark Connect server kappa owns for the backfill
-  (:func:`connect_state_path`).
+  (:func:`connect_state_path`); beside it ``connect/sessions.json``, the sessions that server ran and
+  runs now, and ``connect/server.lock``, the lock its slice tasks take to start, count and recycle it
+  (:func:`connect_sessions_path`, :func:`connect_lock_path`).
 - ``plans/<slice_id>/<source>.json``: the file list of each source for the slice's read range,
   written by the launcher before each run and read by the slice's ``kappa_iceberg`` readers
   (``spark/source/file_list.py``).
@@ -112,6 +114,18 @@ def connect_state_path(root: str, backfill_id: str) -> Path:
     if "://" in root and not root.startswith("file://"):
         return Path(tempfile.gettempdir()) / "kappa-connect" / backfill_id / "server.json"
     return Path(root.removeprefix("file://")) / "connect" / "server.json"
+
+
+def connect_sessions_path(state_file: Path) -> Path:
+    """``sessions.json`` beside the server state file ``state_file``: the sessions its server ran and
+    the ones running now (:func:`airflow_provider_kappa.engine.connect_server.shared_session`)."""
+    return state_file.with_name("sessions.json")
+
+
+def connect_lock_path(state_file: Path) -> Path:
+    """``server.lock`` beside the server state file ``state_file``: held while a slice task starts,
+    counts or recycles that server."""
+    return state_file.with_name("server.lock")
 
 
 def backfill_root(checkpoint_root: str, job: str, backfill_id: str) -> str:

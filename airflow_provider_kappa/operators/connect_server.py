@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.engine.connect_server import ensure_server, redact_url, stop_owned
+from airflow_provider_kappa.engine.shared_server import remove_sessions
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
 from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException
 
@@ -25,6 +26,8 @@ class KappaConnectServerOperator(KappaBackfillBaseOperator):
     The server runs on 127.0.0.1 in its own process group, recorded in a state file in the
     backfill's checkpoint folder (URL, pid, log). Every slice task reads it; a slice that finds the
     server gone (killed mid-slice) starts a new one there before its run, so a retry ends exact.
+    The slice tasks recycle it every ``KAPPA_CONNECT_RECYCLE_EVERY`` sessions (default 50) when none
+    runs (:mod:`airflow_provider_kappa.engine.shared_server`).
     Start reuses a live server of the same backfill (a rerun); stop is idempotent. In the DAG, the
     start task is a setup task and the stop task its teardown, so the server is stopped whether the
     slices succeed or fail.
@@ -51,6 +54,7 @@ class KappaConnectServerOperator(KappaBackfillBaseOperator):
         state_file = bf.connect_state_file()
         if self.action == STOP:
             stop_owned(state_file)
+            remove_sessions(state_file)
             self.log.info("backfill %s: local Spark Connect server stopped (state file %s)", bf.id, state_file)
             return None
         with fail_fast(f"{self.task_id}: Spark Connect server"):

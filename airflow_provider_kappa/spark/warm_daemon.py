@@ -166,7 +166,7 @@ def serve(path: str, watch_pid: int | None) -> None:
     children: dict[int, socket.socket] = {}
     signal.signal(signal.SIGTERM, _exit_on_signal)  # stopped with the server: remove the socket
     try:
-        while watch_pid is None or _alive(watch_pid):
+        while watch_pid is None or pid_alive(watch_pid):
             ready, _, _ = select.select([listener], [], [], 1.0)
             if ready:
                 conn, _ = listener.accept()
@@ -192,7 +192,7 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:

@@ -148,8 +148,8 @@ def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_c
     import pyarrow as pa
     from lake import sessions_arrow
 
-    from airflow_provider_kappa.engine.connect import RECYCLE_ENV
     from airflow_provider_kappa.engine.connect_server import read_state
+    from airflow_provider_kappa.engine.shared_server import RECYCLE_ENV
 
     monkeypatch.setenv(RECYCLE_ENV, "2")
     expected = seed_sessions_incident(catalog)

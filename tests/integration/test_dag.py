@@ -150,7 +150,13 @@ def test_dag_run_replaces_the_bad_window_with_the_correct_rows(
     catalog: Any,
     airflow_db: None,
     capfd: pytest.CaptureFixture[str],  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from airflow_provider_kappa.engine.shared_server import RECYCLE_ENV
+
+    if mode == "sequential":
+        monkeypatch.setenv(RECYCLE_ENV, "1")  # the slice tasks recycle the setup task's server after every session
     expected = seed_sessions_incident(catalog)
     before = sorted_rows(catalog.load_table("prod.playback_sessions"))
     outside = [r for r in before if not INCIDENT_START <= r[1] < INCIDENT_END]
@@ -173,7 +179,10 @@ def test_dag_run_replaces_the_bad_window_with_the_correct_rows(
     # engine connect (the example's default): one local server for the run, stopped by the teardown
     assert states[("connect_server_start", -1)] == "success" and states[("connect_server_stop", -1)] == "success"
     assert "local Spark Connect server sc://localhost:" in out
-    assert not list(lake.rglob("connect/server.json"))
+    assert not list(lake.rglob("connect/server.json")) and not list(lake.rglob("connect/sessions.json"))
+    # the second slice task found the first one's session done and the count reached: a new server
+    recycled = "recycling the local Spark Connect server (pid" in caplog.text
+    assert recycled == (mode == "sequential")
 
 
 def _arrow(rows: list[dict[str, Any]]) -> Any:

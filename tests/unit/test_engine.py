@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from test_config import BASE, with_change, write
 
-from airflow_provider_kappa.engine.connect import RECYCLE_ENV, RECYCLE_EVERY, client_env, recycle_every, write_conf_file
+from airflow_provider_kappa.engine.connect import client_env, write_conf_file
 from airflow_provider_kappa.engine.connect_server import (
     TOKEN_ENV,
     LocalConnectServer,
@@ -23,6 +23,14 @@ from airflow_provider_kappa.engine.connect_server import (
     redact_url,
     split_conf,
     stop_owned,
+)
+from airflow_provider_kappa.engine.processes import start_ticks
+from airflow_provider_kappa.engine.shared_server import (
+    RECYCLE_ENV,
+    RECYCLE_EVERY,
+    read_sessions,
+    recycle_every,
+    shared_session,
 )
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError
 from airflow_provider_kappa.job.config import ConnectConfig, load_config
@@ -185,3 +193,41 @@ def test_the_connect_server_recycling_period_comes_from_the_environment_and_bad_
     monkeypatch.setenv(RECYCLE_ENV, "-3")
     with pytest.raises(KappaConfigError, match=r"KAPPA_CONNECT_RECYCLE_EVERY: '-3' is not a whole number"):
         recycle_every()
+
+
+def test_a_shared_server_is_not_recycled_while_another_task_runs_a_session_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slice tasks of a DAG share the setup task's server through its sessions book: a task that
+    finds the count reached but another task's session running keeps the server and counts its own.
+    The server is a plain TCP listener standing in for Spark Connect (a process boundary)."""
+    listener = subprocess.Popen(
+        [sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert listener.stdout is not None
+        port = int(listener.stdout.readline())
+        state_file = tmp_path / "connect" / "server.json"
+        ServerState(f"sc://127.0.0.1:{port}", listener.pid, start_ticks(listener.pid), "log").write(state_file)
+        book = {"pid": listener.pid, "sessions": 7, "recycled": 0, "active": {"other": os.getpid()}}
+        (tmp_path / "connect" / "sessions.json").write_text(json.dumps(book))
+        monkeypatch.setenv(RECYCLE_ENV, "2")
+        cfg = load_config(write(tmp_path, BASE))
+        with shared_session(cfg, state_file, "mine") as state:
+            assert state.pid == listener.pid  # not recycled: "other" runs on it
+            assert read_sessions(state_file)["active"] == {"other": os.getpid(), "mine": os.getpid()}
+        after = read_sessions(state_file)
+        assert after["sessions"] == 8 and after["recycled"] == 0 and after["active"] == {"other": os.getpid()}
+        assert listener.poll() is None
+    finally:
+        listener.kill()
+        listener.wait()
+
+
+LISTENER = """
+import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True)
+while True:
+    s.accept()[0].close()
+"""
