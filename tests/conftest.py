@@ -64,19 +64,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _TIER_SECONDS: dict[str, float] = {}
+_MODULE_SECONDS: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tier = next((t for t in TIERS if t in report.keywords), None)
     if tier is not None:
         _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Time spent per tier (setup + call + teardown of its tests), for the README's figures."""
+    """Time spent per tier and by the slowest modules (setup + call + teardown of their tests), for
+    the README's figures and for keeping CI inside its budget."""
     if _TIER_SECONDS:
         parts = ", ".join(f"{t} {_TIER_SECONDS[t]:.0f} s" for t in TIERS if t in _TIER_SECONDS)
         terminalreporter.write_line(f"time per tier: {parts}")
+    slowest = sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:12]
+    if len(_MODULE_SECONDS) > 1:
+        terminalreporter.write_line("slowest modules: " + ", ".join(f"{m} {s:.0f} s" for m, s in slowest))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
