@@ -329,7 +329,7 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
     # read but in no live batch, so kappa plan says why and aligns; from live's first minute on, it replays
     assert main(["plan", "--config", str(config), *window]) == 0
     out = capsys.readouterr().out
-    assert "the live ledger is not replayed: live's first recorded batch ran at" in out, out
+    assert "the live ledger is not replayed: live's first recorded batch starts at" in out, out
     first_trigger = datetime.fromtimestamp(min(e.end_ms for e in entries) / 1000, timezone.utc)
     later = first_trigger.replace(second=0, microsecond=0) + timedelta(minutes=1)
     if later < end:
