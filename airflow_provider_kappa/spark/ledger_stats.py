@@ -115,7 +115,13 @@ def entry_with_stats(
 
 
 def add_stats(
-    checkpoint: str, ledger: str, batch_id: int, observations: list[Mapping[str, Any]], rows: Mapping[str, int]
+    checkpoint: str,
+    ledger: str,
+    batch_id: int,
+    observations: list[Mapping[str, Any]],
+    rows: Mapping[str, int],
+    *,
+    missing_only: bool = False,
 ) -> LedgerEntry | None:
     """Add a committed batch's statistics to its ledger entry (rewritten whole).
 
@@ -124,6 +130,7 @@ def add_stats(
     :param batch_id: the batch.
     :param observations: the batch's :func:`observe_kafka` observations.
     :param rows: source description -> rows read, from the batch's progress.
+    :param missing_only: leave an entry that has its statistics already as it is.
     :returns: the entry written, ``None`` when the batch has no entry (the query reads no Kafka, or
         the entry is compacted already).
     """
@@ -136,6 +143,8 @@ def add_stats(
         entry = LedgerEntry.from_json(read_text(fs, path), repr(path))
     except FileNotFoundError:
         return None
+    if missing_only and entry.has_stats:
+        return entry
     first, last, by_key = merge_observations(observations)
     entry = entry_with_stats(entry, first, last, by_key, rows)
     write_text(fs, path, entry.to_json())
@@ -159,7 +168,10 @@ class LedgerStats(StreamingQueryListener):
 
     def onQueryProgress(self, event: object) -> None:
         """Add the batch's statistics to its entry; a failure is logged (the entry stays readable)."""
-        p = event.progress  # type: ignore[attr-defined]
+        self.record(event.progress)  # type: ignore[attr-defined]
+
+    def record(self, p: Any, *, missing_only: bool = False) -> None:
+        """Add the statistics of the batch of progress ``p`` (a ``StreamingQueryProgress``) to its entry."""
         where = self.queries.get(str(p.name))
         if where is None:
             return
@@ -170,9 +182,21 @@ class LedgerStats(StreamingQueryListener):
         for s in p.sources:
             rows[s.description] = rows.get(s.description, 0) + int(s.numInputRows)
         try:
-            add_stats(where[0], where[1], int(p.batchId), observed, rows)
+            add_stats(where[0], where[1], int(p.batchId), observed, rows, missing_only=missing_only)
         except Exception as e:  # a listener must not raise; the entry without stats is placed by trigger time
             log.warning("live ledger: the statistics of batch %s were not recorded: %s", p.batchId, e)
+
+    def flush(self, query: Any) -> None:
+        """Record what the listener has not yet for ``query``'s recent batches (at the driver's exit:
+        Spark delivers listener events asynchronously, and the last ones may still be queued)."""
+        try:
+            progresses = list(query.recentProgress)
+        except Exception as e:  # the JVM is gone already: the listener's entries stay as they are
+            log.warning("live ledger: the last batches' statistics could not be checked: %s", e)
+            return
+        for p in progresses:
+            if getattr(p, "numInputRows", None) is not None:
+                self.record(p, missing_only=True)
 
     def onQueryIdle(self, event: object) -> None:
         """Nothing: an idle trigger runs no batch."""

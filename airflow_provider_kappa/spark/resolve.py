@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 
@@ -172,6 +173,9 @@ def write_sink(df: DataFrame, name: str) -> StreamingQuery:
             spark.streams.addListener(_LEDGER_STATS[id(spark)])
         checkpoint = f"{settings.checkpoint.rstrip('/')}/{name}"
         _LEDGER_STATS[id(spark)].watch(query_name, checkpoint, sink_ledger(settings.ledger, name))
+        query = writer.start()
+        atexit.register(_LEDGER_STATS[id(spark)].flush, query)  # before pyspark's own exit hooks run
+        return query
     return writer.start()
 
 
