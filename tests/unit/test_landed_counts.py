@@ -16,6 +16,7 @@ from test_cli_output import write_config
 from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.landed_counts import check_landed_counts, check_replay_landed
 from airflow_provider_kappa.backfill.snapshot import pin, snapshot
+from airflow_provider_kappa.cli import main
 from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.spark.ledger import LedgerEntry, sink_ledger
@@ -93,6 +94,23 @@ def test_a_replay_whose_records_are_all_landed_passes_markers_accounted_for(conf
     assert check_replay_landed(bf, pin(bf, tag=False)) == 6
     ledger = sink_ledger(bf.cfg.job.ledger, "summary")
     assert check_landed_counts(bf, pin(bf, tag=False), ledger) == 6  # batch 6: 3 offsets, 2 records, 2 landed
+
+
+def test_kappa_plan_counts_the_ledger_entries_as_well_as_the_files(
+    config: Path, catalog: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    land(catalog.load_table("raw.playbacks"), range(EVENTS))
+    window = ["--start", (T0 + 60 * MIN).isoformat(), "--end", (T0 + 180 * MIN).isoformat(), "--tail", "10min"]
+    assert main(["plan", "--config", str(config), *window]) == 0
+    out = capsys.readouterr().out
+    assert "exactness: exact: the live ledger covers" in out, out
+    assert (
+        " file(s) to read in 3 slice(s) (estimates from manifest statistics); 6 live ledger entr(ies) replayed, " in out
+    ), out
+    assert "holding 12 Kafka record(s) (their recorded counts)" in out, out
+    assert main(["plan", "--config", str(config), *window, "--ledger", "false"]) == 0
+    out = capsys.readouterr().out
+    assert "; 6 live ledger entr(ies) in the range read, not replayed, holding 12 Kafka record(s)" in out, out
 
 
 def test_a_replay_whose_landing_lags_is_refused_before_any_lock_naming_batch_and_partition(
