@@ -42,13 +42,17 @@ PREFIX = "kappa_ledger_"
 #: partitions per topic, and distinct topic partitions per source, whose counts are exact
 MAX_PARTITIONS = 100_000
 _BINS = 65_536
+#: the Kafka sources read in this driver, in order (each observation gets its own name)
+_READS: list[str] = []
 
 
 def observe_kafka(df: DataFrame, source: str) -> DataFrame:
-    """``df`` (Spark's Kafka source, before any parsing) with the ledger's observation on it."""
+    """``df`` (Spark's Kafka source, before any parsing) with the ledger's observation on it, named
+    ``kappa_ledger_<source>_<n>`` (each read its own name: Spark refuses two observations of one name)."""
     key = f"CAST(CAST(crc32(CAST(topic AS BINARY)) AS BIGINT) * {MAX_PARTITIONS} + partition AS DOUBLE)"
+    _READS.append(source)
     return df.observe(
-        PREFIX + source,
+        f"{PREFIX}{source}_{len(_READS)}",
         F.expr("unix_millis(min(timestamp))").alias("first_ms"),
         F.expr("unix_millis(max(timestamp))").alias("last_ms"),
         F.count(F.lit(1)).alias("records"),
@@ -58,7 +62,8 @@ def observe_kafka(df: DataFrame, source: str) -> DataFrame:
 
 def merge_observations(observations: Iterable[Mapping[str, Any]]) -> tuple[int | None, int | None, dict[int, int]]:
     """``(first record ms, last record ms, key -> records)`` over one batch's observations (one per
-    Kafka source).
+    Kafka source read; sources reading the same topic read the same offsets, so a partition's count
+    is the largest observed, not their sum).
 
     :raises KappaSinkError: the per-partition counts do not add up to the records observed.
     """
@@ -71,7 +76,7 @@ def merge_observations(observations: Iterable[Mapping[str, Any]]) -> tuple[int |
         seen = 0
         for bin_ in o.get("partitions") or []:
             n = int(bin_["y"])
-            counts[int(bin_["x"])] = counts.get(int(bin_["x"]), 0) + n
+            counts[int(bin_["x"])] = max(counts.get(int(bin_["x"]), 0), n)  # two sources of a topic: one read
             seen += n
         if seen != int(o.get("records") or 0):
             raise KappaSinkError(

@@ -67,6 +67,7 @@ def test_observations_become_the_entry_s_counts_and_record_time_range(tmp_path: 
         {"first_ms": None, "last_ms": None, "records": 0, "partitions": None},
     ]
     first, last, by_key = merge_observations(observations)
+    assert merge_observations([*observations, observations[0]]) == (first, last, by_key)  # topic a read twice
     assert (first, last) == (T0 - 12_000, T0 - 2_000)
     full = entry_with_stats(entry, first, last, by_key, {"KafkaV2[Subscribe[a]]": 8, "KafkaV2[Subscribe[b]]": 3})
     assert full.counts == {"a": {0: 8, 1: 0}, "b": {2: 3}}
