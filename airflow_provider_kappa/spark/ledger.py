@@ -456,8 +456,9 @@ class Ledger:
         batch holds the last landed record of the range, and no batch placed after the range ends
         read records that landed before ``owned_end_ms`` (a batch straddling the window's end: a
         replay of the range would not have it, and the output windows it closed would be missing).
-        Entries are compared by their data (:meth:`placement`; first and last record times when
-        recorded, else their trigger times).
+        Live's start is its first batch's trigger time (or its first record's time, when earlier);
+        the other ends are compared by the entries' data (:meth:`placement`; first record times when
+        recorded, else the previous trigger time).
 
         :param data_last_ms: the last landed ingestion time in the range (``None``: unknown, the
             range's end counts).
@@ -468,7 +469,8 @@ class Ledger:
         at = self.placement()
         first = self.entry(self.keys[0][2])
         from_start = all(s in (None, 0) for parts in first.ranges.values() for s, _ in parts.values())
-        first_ms = first.first_record_ms if first.has_stats and first.first_record_ms is not None else at[0] // 1000
+        # live read every record landed after its first trigger (and, when earlier, its first record)
+        first_ms = min(first.end_ms, first.first_record_ms if first.first_record_ms is not None else first.end_ms)
         if first_ms > start_ms and not from_start:
             return (
                 f"live's first recorded batch starts at {_iso(first_ms)}, after the range read begins "
