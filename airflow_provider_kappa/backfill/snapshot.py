@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_kappa.backfill.checks import check_window_data
+from airflow_provider_kappa.backfill.landed_counts import check_replay_landed
 from airflow_provider_kappa.backfill.lock import DEFAULT_TAG_RETENTION, lock, release_target
 from airflow_provider_kappa.exceptions import KappaCatalogConflictError, KappaSourceError
 from airflow_provider_kappa.spark.catalog import load_table
@@ -44,11 +45,13 @@ def snapshot(bf: Backfill, *, tag: bool = True, retention: timedelta = DEFAULT_T
         nothing was written.
     :raises KappaSourceError: a missing table, or a table without any snapshot (no data), or a
         window outside the data of the pinned snapshots; the locks and tags this call took are
-        given back.
+        given back. Also, before any lock, a ledger replay whose batches' records are not all landed
+        (:func:`~airflow_provider_kappa.backfill.landed_counts.check_replay_landed`).
     """
     if not tag:
         return pin(bf, tag=False, retention=retention)
-    pin(bf, tag=False, retention=retention)  # read only: refuse missing or empty sources before locking
+    current = pin(bf, tag=False, retention=retention)  # read only: refuse missing or empty sources before locking
+    check_replay_landed(bf, current)  # a ledger replay's batches all landed, before locking
     taken = lock(bf, retention=retention) if bf.params.publishes else []
     created: list[tuple[str, str]] = []
     try:

@@ -15,11 +15,15 @@ from rich.text import Text
 
 from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.checks import check_inputs, closed_by, falls_short, landed_end
+from airflow_provider_kappa.backfill.exactness import job_ledger
 from airflow_provider_kappa.backfill.params import CLI_PARAMS
 from airflow_provider_kappa.backfill.plan import plan as plan_slices
 from airflow_provider_kappa.backfill.snapshot import snapshot
 from airflow_provider_kappa.cli.output import new_console, print_table, say
+from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.job.config import load_config
+from airflow_provider_kappa.spark.ledger import Ledger
+from airflow_provider_kappa.timeparse import to_micros
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -122,6 +126,26 @@ def print_plan(console: Console, plan: BackfillPlan) -> None:
         say(console, ("exactness:", "bold"), f" {plan.exactness.statement}")
 
 
+def totals_line(bf: Backfill, plan: BackfillPlan) -> str:
+    """``~rows rows in N file(s) to read in M slice(s) (...); K live ledger entries replayed (R Kafka
+    records by their recorded counts)``: the files and the ledger entries the backfill reads."""
+    files = sum(s.files for s in plan.slices)
+    line = f"~{plan.rows} rows in {files} file(s) to read in {len(plan.slices)} slice(s) (estimates from manifest statistics)"
+    uri = plan.exactness.ledger if plan.exactness is not None else None
+    uri = uri or job_ledger(bf)[0]
+    book = Ledger.find(uri) if uri is not None else None
+    if book is None:
+        return line
+    lo, hi = to_micros(bf.params.read_start) // 1000, to_micros(bf.params.read_end) // 1000
+    try:
+        records, count = book.records(lo, hi), book.count(lo, hi)
+    except KappaSourceError:  # an unreadable ledger: the exactness line says so
+        return line
+    held = "" if records is None else f", holding {records} Kafka record(s) (their recorded counts)"
+    replayed = "replayed" if plan.replays_ledger else "in the range read, not replayed"
+    return f"{line}; {count} live ledger entr(ies) {replayed}{held}"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``kappa plan``."""
     add_backfill_arguments(parser)
@@ -137,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     say(console, "  snapshots " + ", ".join(f"{k}={v}" for k, v in snapshot_ids.items()))
     plan = plan_slices(bf, snapshot_ids)
     print_plan(console, plan)
-    say(console, f"~{plan.rows} rows to read in {len(plan.slices)} slice(s) (estimates from manifest statistics)")
+    say(console, totals_line(bf, plan))
     open_end = open_end_notice(bf, snapshot_ids)
     if open_end:
         say(console, ("warning:", "yellow"), f" {open_end}")

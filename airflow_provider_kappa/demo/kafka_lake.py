@@ -8,11 +8,10 @@
    table (the ingestion column = the record timestamp, plus ``kafka_topic/partition/offset``).
 4. The jobs run live from Kafka (:func:`~airflow_provider_kappa.demo.live_reference.run_live_reference`
    with ``kafka=...``), recording the live ledger.
-5. :func:`restamp_ledger`: the demo compresses hours of ingestion time into seconds of wall time,
-   so live's trigger times (wall clock, today) say nothing about the lake's time axis. Each ledger
-   entry is put back on the simulated clock: its trigger time becomes the timestamp of the last
-   record the batch read (live, caught up, triggers right after it lands). The batches themselves
-   (offset ranges, watermarks) are untouched.
+   The demo compresses hours of ingestion time into seconds of wall time, so live's trigger times
+   (wall clock, today) say nothing about the lake's time axis; the ledger's entries are placed by
+   the record times they hold (:meth:`~airflow_provider_kappa.spark.ledger.Ledger.placement`),
+   like any backlog live catches up.
 
 Nothing here imports pyspark; kafka-python and pyarrow are imported inside functions.
 """
@@ -20,12 +19,11 @@ Nothing here imports pyspark; kafka-python and pyarrow are imported inside funct
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,7 +43,6 @@ from airflow_provider_kappa.engine.jvm import KAFKA_BROKER, SPARK_KAFKA, artifac
 from airflow_provider_kappa.engine.landing import landings
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError, KappaError
 from airflow_provider_kappa.job.config import JobConfig
-from airflow_provider_kappa.spark.ledger import Ledger
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -186,40 +183,3 @@ def batch_limits(topics: Mapping[str, Topic], batches: int) -> dict[str, int]:
     if batches < 1:
         raise KappaConfigError(f"live micro-batches: {batches!r}; expected at least 1")
     return {name: max(1, -(-len(t.acks) // batches)) for name, t in topics.items()}
-
-
-def restamp_ledger(ledger: str | Path, topics: Mapping[str, Topic]) -> int:
-    """Put each entry of a sink's live ledger folder on the simulated clock (see the module docstring):
-    trigger time = the latest record timestamp among the records the batch read, the previous batch's
-    as its start; names (and so the replay order) follow. Returns the entries rewritten.
-
-    :param ledger: ``<job.ledger>/<sink>``.
-    :param topics: what was produced (offset -> record timestamp).
-    :raises KappaError: an entry reads a topic the demo did not produce.
-    """
-    book = Ledger(str(ledger))
-    entries = [book.entry(name) for _, _, name in book.keys]
-    folder = Path(ledger)
-    previous: int | None = None
-    new = []
-    for entry in entries:
-        last = 0
-        for topic, parts in entry.ranges.items():
-            if topic not in topics:
-                raise KappaError(
-                    f"live ledger {folder}: entry {entry.name} reads topic {topic!r}, not produced by the demo"
-                )
-            for start, end in parts.values():
-                if end > (start or 0):
-                    last = max(last, topics[topic].timestamp_ms(end - 1))
-        stamp = max(last, (previous or 0) + 1)
-        new.append(replace(entry, end_ms=stamp, start_ms=previous))
-        previous = stamp
-    tmp = folder.with_name(folder.name + ".restamped")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for entry in new:
-        (tmp / entry.name).write_text(entry.to_json())
-    shutil.rmtree(folder)
-    tmp.rename(folder)
-    return len(new)

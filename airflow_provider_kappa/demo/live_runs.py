@@ -8,13 +8,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from airflow_provider_kappa.demo.kafka_lake import Topic, batch_limits, restamp_ledger
+from airflow_provider_kappa.demo.kafka_lake import Topic, batch_limits
 from airflow_provider_kappa.demo.lakegen import LakeSpec
 from airflow_provider_kappa.demo.live_reference import LiveReference, run_live_reference
 from airflow_provider_kappa.demo.options import EXAMPLES
 from airflow_provider_kappa.demo.processes import check_concurrency
+from airflow_provider_kappa.exceptions import KappaError
 from airflow_provider_kappa.job.config import load_config
-from airflow_provider_kappa.spark.ledger import sink_ledger
+from airflow_provider_kappa.spark.ledger import Ledger, sink_ledger
 
 
 def micro_batch_limits(topics: dict[str, Topic], spec: LakeSpec) -> dict[str, int]:
@@ -29,12 +30,26 @@ def limits_text(limits: dict[str, int] | None) -> str:
     return ", ".join(f"{topic} {n:,} records" for topic, n in sorted((limits or {}).items()))
 
 
-def restamp_ledgers(jobs: tuple[str, ...], topics: dict[str, Topic]) -> None:
-    """Every job's live ledger onto the lake's time axis (:func:`~airflow_provider_kappa.demo.kafka_lake.restamp_ledger`)."""
+def check_ledgers(jobs: tuple[str, ...]) -> int:
+    """Every job's live ledger holds its batches' record statistics, so the backfills place them by
+    the lake's time (:meth:`~airflow_provider_kappa.spark.ledger.Ledger.placement`), not by the wall
+    clock the demo ran live at; returns the entries checked.
+
+    :raises KappaError: an entry without them (naming it): live's listener did not record it.
+    """
+    checked = 0
     for job in jobs:
         cfg = load_config(EXAMPLES / job / "kappa.yaml")
         for sink in cfg.sinks:
-            restamp_ledger(sink_ledger(cfg.job.ledger, sink), topics)
+            book = Ledger(sink_ledger(cfg.job.ledger, sink))
+            for _, _, name in book.keys:
+                if not book.entry(name).has_stats:
+                    raise KappaError(
+                        f"live ledger {book.uri}: entry {name} has no record statistics (live's listener did not "
+                        "record them); the backfill would place it at its wall-clock trigger time"
+                    )
+                checked += 1
+    return checked
 
 
 def live_references(

@@ -44,10 +44,10 @@ from airflow_provider_kappa.demo.lake import lake_spec, land_events, prepare_lak
 from airflow_provider_kappa.demo.lakegen import LakeSummary, local_catalog
 from airflow_provider_kappa.demo.live_reference import LiveReference
 from airflow_provider_kappa.demo.live_runs import (
+    check_ledgers,
     live_path_text,
     live_references,
     micro_batch_limits,
-    restamp_ledgers,
     say_live_runs,
 )
 from airflow_provider_kappa.demo.options import DemoOptions, check_options
@@ -143,7 +143,7 @@ def lake_and_live(
         limits = micro_batch_limits(topics, spec) if broker else None
         refs = live_references(opts.jobs, lake_dir, opts.concurrency, limits)
         if broker:
-            restamp_ledgers(opts.jobs, topics)
+            check_ledgers(opts.jobs)  # placed by their record times, not live's wall clock
     finally:
         if broker is not None:
             broker.stop()

@@ -11,15 +11,24 @@ replayed batch rewrites the same entry. A batch that moved no Kafka offset (a no
 apply an advanced watermark) has its entry too, with empty ranges: Spark drops late events by the
 watermark of the batch before, so a backfill replays live's no-data batches as well.
 
+Once the batch is done, live's listener adds what the batch's records were
+(:mod:`airflow_provider_kappa.spark.ledger_stats`): their smallest and largest record timestamp
+(the landed table's ingestion time) and their count per topic partition (offsets are not counts:
+transaction markers take offsets), with each source's row count; the watermark is the offset log's.
+
 One JSON file per batch, ``<ledger>/<trigger time in ms, 13 digits>-<batch id>.json``
-(:class:`LedgerEntry`): sorted by name, the ledger is in the order live ran its batches, across
-restarts and checkpoint resets (each entry names its query id). ``kappa cleanup`` compacts the
+(:class:`LedgerEntry`, version 2; version 1 entries, without the record statistics, stay
+readable): sorted by name, the ledger is in the order live ran its batches, across restarts and
+checkpoint resets (each entry names its query id). Slices place the entries by their data, not by
+when live ran them (:meth:`Ledger.placement`): a backlog live caught up in a few batches at one
+wall-clock instant lands in the slices its records belong to. ``kappa cleanup`` compacts the
 older entries (:func:`compact`): :data:`CHUNK_ENTRIES` consecutive entries become one JSON-lines
 file ``<first trigger ms>-<first batch>_<last trigger ms>-<last batch>.jsonl``, written whole before
 the single files go (a reader that lists both reads each entry once), and it trims what no backfill
 may replay any more (:func:`trim`). A backfill with the ledger
 (:mod:`airflow_provider_kappa.spark.source.replay`) replays these batches: batch k reads exactly the
-landed rows whose ``(kafka_topic, kafka_partition, kafka_offset)`` fall in entry k's ranges.
+landed rows whose ``(kafka_topic, kafka_partition, kafka_offset)`` fall in entry k's ranges; its
+pre-flight checks they are all landed, count for count (:func:`~airflow_provider_kappa.backfill.landed_counts.check_landed`).
 
 Pure Python with pyarrow's file systems (any URI ``pyarrow.fs`` knows); no pyspark import.
 """
@@ -36,7 +45,9 @@ from datetime import datetime, timezone
 from airflow_provider_kappa.exceptions import KappaSinkError, KappaSourceError
 from airflow_provider_kappa.spark.storage import filesystem, read_text, write_text
 
-VERSION = 1
+VERSION = 2
+#: the versions read: 1 holds no record statistics (placed by trigger time, :meth:`Ledger.placement`)
+READ_VERSIONS = (1, 2)
 #: ``<trigger ms>-<batch id>.json``
 _NAME = re.compile(r"^(\d{13})-(\d+)\.json$")
 #: ``<first trigger ms>-<first batch id>_<last trigger ms>-<last batch id>.jsonl``: compacted entries
@@ -61,6 +72,14 @@ class LedgerEntry:
         records of this batch reached Kafka after it.
     :param watermark_ms: the event-time watermark the batch ran with.
     :param ranges: topic -> partition -> ``(start, end)`` offsets the batch read: ``start <= offset < end``.
+    :param first_record_ms: the smallest record timestamp the batch read (Kafka's ``timestamp``: the
+        landed table's ingestion column); ``None`` when it read no record or is not recorded.
+    :param last_record_ms: the largest one, likewise.
+    :param counts: topic -> partition -> records the batch read (offsets are not counts: transaction
+        markers and aborted records take offsets); ``None``: not recorded (a version 1 entry, or
+        live's listener did not get to it, :mod:`airflow_provider_kappa.spark.ledger_stats`).
+    :param source_rows: rows per source of the query (Spark's source description -> rows), non-Kafka
+        sources included; ``None``: not recorded.
     """
 
     query_id: str
@@ -69,6 +88,20 @@ class LedgerEntry:
     start_ms: int | None
     watermark_ms: int
     ranges: Mapping[str, Mapping[int, tuple[int | None, int]]]
+    first_record_ms: int | None = None
+    last_record_ms: int | None = None
+    counts: Mapping[str, Mapping[int, int]] | None = None
+    source_rows: Mapping[str, int] | None = None
+
+    @property
+    def has_stats(self) -> bool:
+        """Whether live recorded the batch's record statistics (counts, record time range)."""
+        return self.counts is not None
+
+    @property
+    def records(self) -> int | None:
+        """How many Kafka records the batch read, by the recorded counts (``None``: not recorded)."""
+        return None if self.counts is None else sum(n for parts in self.counts.values() for n in parts.values())
 
     @property
     def name(self) -> str:
@@ -100,6 +133,12 @@ class LedgerEntry:
                     t: {str(p): [s, e] for p, (s, e) in sorted(parts.items())}
                     for t, parts in sorted(self.ranges.items())
                 },
+                "first_record_ms": self.first_record_ms,
+                "last_record_ms": self.last_record_ms,
+                "counts": None
+                if self.counts is None
+                else {t: {str(p): n for p, n in sorted(parts.items())} for t, parts in sorted(self.counts.items())},
+                "source_rows": None if self.source_rows is None else dict(sorted(self.source_rows.items())),
             },
             separators=(",", ":"),
         )
@@ -112,13 +151,13 @@ class LedgerEntry:
         """
         try:
             data = json.loads(text)
-            if data.get("version") != VERSION:
-                raise ValueError(f"version {data.get('version')!r}, expected {VERSION}")
+            if data.get("version") not in READ_VERSIONS:
+                raise ValueError(f"version {data.get('version')!r}, expected one of {list(READ_VERSIONS)}")
             ranges: Ranges = {
                 str(t): {int(p): (None if s is None else int(s), int(e)) for p, (s, e) in parts.items()}
                 for t, parts in data["ranges"].items()
             }
-            start = data["start_ms"]
+            start, counts, rows = data["start_ms"], data.get("counts"), data.get("source_rows")
             return LedgerEntry(
                 query_id=str(data["query_id"]),
                 batch_id=int(data["batch_id"]),
@@ -126,9 +165,19 @@ class LedgerEntry:
                 start_ms=None if start is None else int(start),
                 watermark_ms=int(data["watermark_ms"]),
                 ranges=ranges,
+                first_record_ms=_int_or_none(data.get("first_record_ms")),
+                last_record_ms=_int_or_none(data.get("last_record_ms")),
+                counts=None
+                if counts is None
+                else {str(t): {int(p): int(n) for p, n in parts.items()} for t, parts in counts.items()},
+                source_rows=None if rows is None else {str(k): int(n) for k, n in rows.items()},
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise KappaSourceError(f"live ledger entry {where} is not a kappa ledger entry: {e}") from e
+
+
+def _int_or_none(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def sink_ledger(root: str, sink: str) -> str:
@@ -321,6 +370,7 @@ class Ledger:
                 "(job.ledger of kappa.yaml); run the backfill without the ledger, or point job.ledger at it"
             )
         self._cache: dict[str, LedgerEntry] = {}
+        self._placement: list[int] | None = None
         self._singles: set[str] = set()
         found: dict[tuple[int, int], str] = {}
         #: the compacted files, by name
@@ -351,19 +401,64 @@ class Ledger:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def placement(self) -> list[int]:
+        """Where each entry (in :attr:`keys` order) sits on the ingestion axis, in microseconds: what
+        slices place the live batches by (a slice reading ``[a, b)`` replays the entries placed in it).
+
+        An entry is placed by its data, at its last record's timestamp (``last_record_ms``), so the
+        batches of a backlog live caught up at one wall-clock instant spread over the hours their
+        records landed in. An entry that read no record sits right after the one before it (a
+        no-data batch closes what its predecessor's data opened; leading ones right before the first
+        placed entry). An entry without record statistics (a version 1 entry, or one live's
+        listener did not complete) is placed at its trigger time (``end_ms``), as before data
+        placement. Placements never go back: each is at least the one before it plus one
+        microsecond (live's order is the replay order), so a record timestamp older than an
+        earlier batch's cannot reorder them.
+        """
+        if self._placement is None:
+            anchors: list[int | None] = []
+            for end_ms, _, name in self.keys:
+                e = self.entry(name)
+                if not e.has_stats:
+                    anchors.append(end_ms * 1000)
+                else:
+                    anchors.append(None if e.last_record_ms is None else e.last_record_ms * 1000)
+            known = next((a for a in anchors if a is not None), 0)
+            out: list[int] = []
+            for anchor in anchors:
+                here = (out[-1] if out else known) if anchor is None else anchor
+                out.append(max(here, out[-1] + 1) if out else here)
+            self._placement = out
+        return self._placement
+
     def count(self, start_ms: int, end_ms: int) -> int:
-        """How many entries have their trigger time in ``[start_ms, end_ms)``: the batches a read of
-        that range replays."""
-        return bisect.bisect_left(self.keys, (end_ms,)) - bisect.bisect_left(self.keys, (start_ms,))
+        """How many entries are placed in ``[start_ms, end_ms)`` (:meth:`placement`): the batches a
+        read of that range replays."""
+        at = self.placement()
+        return bisect.bisect_left(at, end_ms * 1000) - bisect.bisect_left(at, start_ms * 1000)
+
+    def records(self, start_ms: int, end_ms: int) -> int | None:
+        """The Kafka records the entries placed in ``[start_ms, end_ms)`` read, by their recorded
+        counts (``None``: one of them has none recorded)."""
+        at = self.placement()
+        total = 0
+        for i in range(bisect.bisect_left(at, start_ms * 1000), bisect.bisect_left(at, end_ms * 1000)):
+            n = self.entry(self.keys[i][2]).records
+            if n is None:
+                return None
+            total += n
+        return total
 
     def gap(self, start_ms: int, end_ms: int, data_last_ms: int | None, owned_end_ms: int | None = None) -> str | None:
         """Why replaying this ledger over the ingestion range ``[start_ms, end_ms)`` would not be
-        exact, or ``None`` when live's recorded batches cover it: live ran before the range began (or
-        its first batch read every partition from its first offset), its last batch ran after the
-        last landed record of the range, and no batch live started after the range ends read records
-        that landed before ``owned_end_ms`` (a backlog live caught up late: after an outage, or a
-        replay of old history, one batch reads hours of records; a replay of the range would not
-        have it, and the output windows it closed would be missing).
+        exact, or ``None`` when live's recorded batches cover it: live's first batch read records
+        from before the range began (or read every partition from its first offset), its last
+        batch holds the last landed record of the range, and no batch placed after the range ends
+        read records that landed before ``owned_end_ms`` (a batch straddling the window's end: a
+        replay of the range would not have it, and the output windows it closed would be missing).
+        Live's start is its first batch's trigger time (or its first record's time, when earlier);
+        the other ends are compared by the entries' data (:meth:`placement`; first record times when
+        recorded, else the previous trigger time).
 
         :param data_last_ms: the last landed ingestion time in the range (``None``: unknown, the
             range's end counts).
@@ -371,26 +466,31 @@ class Ledger:
         """
         if not self.keys:
             return f"the live ledger {self.uri} holds no batch"
+        at = self.placement()
         first = self.entry(self.keys[0][2])
         from_start = all(s in (None, 0) for parts in first.ranges.values() for s, _ in parts.values())
-        if first.end_ms > start_ms and not from_start:
+        # live read every record landed after its first trigger (and, when earlier, its first record)
+        first_ms = min(first.end_ms, first.first_record_ms if first.first_record_ms is not None else first.end_ms)
+        if first_ms > start_ms and not from_start:
             return (
-                f"live's first recorded batch ran at {_iso(first.end_ms)}, after the range read begins "
+                f"live's first recorded batch starts at {_iso(first_ms)}, after the range read begins "
                 f"({_iso(start_ms)}): records before it were never read live"
             )
-        last_ms, need = self.keys[-1][0], end_ms - 1 if data_last_ms is None else min(end_ms - 1, data_last_ms)
+        last_ms, need = at[-1] // 1000, end_ms - 1 if data_last_ms is None else min(end_ms - 1, data_last_ms)
         if last_ms < need:
             return (
-                f"live's last recorded batch ran at {_iso(last_ms)}, before the range read's landed data ends "
+                f"live's last recorded batch ends at {_iso(last_ms)}, before the range read's landed data ends "
                 f"({_iso(need)}): later records were not read live yet"
             )
-        after = bisect.bisect_left(self.keys, (end_ms,))
+        after = bisect.bisect_left(at, end_ms * 1000)
         if owned_end_ms is not None and after < len(self.keys):
             late = self.entry(self.keys[after][2])
-            if late.rows != 0 and (late.start_ms is None or late.start_ms < owned_end_ms):
-                since = "its query's first batch" if late.start_ms is None else f"since {_iso(late.start_ms)}"
+            lo = late.first_record_ms if late.has_stats else late.start_ms
+            read = late.records if late.has_stats else late.rows
+            if read != 0 and (lo is None or lo < owned_end_ms):
+                since = "its query's first batch" if lo is None else f"since {_iso(lo)}"
                 return (
-                    f"live's batch {late.batch_id}, started at {_iso(late.end_ms)} after the range read ends "
+                    f"live's batch {late.batch_id}, placed at {_iso(at[after] // 1000)} after the range read ends "
                     f"({_iso(end_ms)}), read records landed {since}, before the window ends "
                     f"({_iso(owned_end_ms)}): a backlog live caught up after the range"
                 )
@@ -451,21 +551,25 @@ def compact(uri: str, *, chunk: int = CHUNK_ENTRIES, keep_newest: int = KEEP_NEW
 
 
 def trim(uri: str, before_ms: int, *, dry_run: bool = False) -> int:
-    """Delete the ledger's entries that live started before ``before_ms``: single files, and
-    compacted files whose last entry is before it (one that straddles it stays whole).
+    """Delete the ledger's entries that live started before ``before_ms`` and that are placed
+    before it (:meth:`Ledger.placement`: a backfill reading from ``before_ms`` on replays none of
+    them): single files, and compacted files whose last entry is such (one that straddles the cut
+    stays whole).
 
     :param dry_run: count only.
     :returns: how many entries were (``dry_run``: would be) deleted.
     """
     book = Ledger(uri)
     root = book._root.rstrip("/")
-    doomed = [name for end_ms, _, name in book.keys if end_ms < before_ms and book._has_file(name)]
+    # triggers and placements both grow in live's order: the entries before the cut are a prefix
+    prefix = min(bisect.bisect_left(book.keys, (before_ms,)), bisect.bisect_left(book.placement(), before_ms * 1000))
+    index = {name: i for i, (_, _, name) in enumerate(book.keys)}
+    doomed = [name for _, _, name in book.keys[:prefix] if book._has_file(name)]
     gone = len(doomed)
     for name in book.chunks:
-        found = _CHUNK.match(name)
-        assert found is not None
-        if int(found.group(3)) < before_ms:
-            gone += sum(1 for e in book._read_chunk(name) if not book._has_file(e.name))
+        entries = book._read_chunk(name)
+        if index[entries[-1].name] < prefix:
+            gone += sum(1 for e in entries if not book._has_file(e.name))
             doomed.append(name)
     if not dry_run:
         for name in doomed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 
@@ -13,6 +14,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.datasource import SHORT_NAME, KappaIcebergDataSource
 from airflow_provider_kappa.spark.ledger import sink_ledger
+from airflow_provider_kappa.spark.ledger_stats import LedgerStats, observe_kafka
 from airflow_provider_kappa.spark.settings import (
     AVAILABLE_NOW,
     LIVE,
@@ -93,7 +95,15 @@ def read_source(spark: SparkSession, name: str) -> DataFrame:
                 "(spark.jars.packages), or select an iceberg candidate"
             ) from e
         raise
+    if records_stats(spark, settings):
+        df = observe_kafka(df, name)  # each batch's record times and counts, for its ledger entry
     return parse_kafka_value(df, src)
+
+
+def records_stats(spark: SparkSession, settings: RunSettings) -> bool:
+    """Whether a live query records its batches' statistics in the ledger (:mod:`~airflow_provider_kappa.spark.ledger_stats`):
+    live with a ledger, on a classic session (kappa registers no listener with Spark Connect)."""
+    return settings.mode == LIVE and settings.ledger is not None and not is_connect(spark)
 
 
 def parse_kafka_value(df: DataFrame, src: KafkaSourceSettings) -> DataFrame:
@@ -141,11 +151,12 @@ def write_sink(df: DataFrame, name: str) -> StreamingQuery:
     settings = settings_of(spark)
     sink = settings.sink(name)
     _register(spark)
+    query_name = f"kappa_{settings.job}_{name}".replace("-", "_")
     writer = (
         df.writeStream.format(SHORT_NAME)
         .options(**sink_writer_options(settings, sink))
         .outputMode("append")
-        .queryName(f"kappa_{settings.job}_{name}".replace("-", "_"))
+        .queryName(query_name)
         .option("checkpointLocation", f"{settings.checkpoint.rstrip('/')}/{name}")
     )
     if settings.trigger == AVAILABLE_NOW:
@@ -155,11 +166,23 @@ def write_sink(df: DataFrame, name: str) -> StreamingQuery:
     if settings.mode == LIVE and not is_connect(spark) and id(spark) not in _PROGRESS_PRINTED:
         _PROGRESS_PRINTED.add(id(spark))
         spark.streams.addListener(LiveProgress())
+    if records_stats(spark, settings):
+        assert settings.ledger is not None
+        if id(spark) not in _LEDGER_STATS:
+            _LEDGER_STATS[id(spark)] = LedgerStats()
+            spark.streams.addListener(_LEDGER_STATS[id(spark)])
+        checkpoint = f"{settings.checkpoint.rstrip('/')}/{name}"
+        _LEDGER_STATS[id(spark)].watch(query_name, checkpoint, sink_ledger(settings.ledger, name))
+        query = writer.start()
+        atexit.register(_LEDGER_STATS[id(spark)].flush, query)  # before pyspark's own exit hooks run
+        return query
     return writer.start()
 
 
 #: the sessions whose live queries print their progress (one listener per session)
 _PROGRESS_PRINTED: set[int] = set()
+#: each session's listener adding the batches' statistics to the live ledger
+_LEDGER_STATS: dict[int, LedgerStats] = {}
 
 
 class LiveProgress(StreamingQueryListener):

@@ -300,6 +300,9 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
     sizes = [e.rows for e in entries]
     assert len(entries) >= 4 and len(set(sizes)) >= 3, f"live's micro-batches should be uneven: {sizes}"
     assert sum(s or 0 for s in sizes) == len(acks) - 6  # every record live read, once
+    assert all(e.has_stats for e in entries), [e.name for e in entries if not e.has_stats]
+    assert sum(e.records or 0 for e in entries) == len(acks) - 6  # counted per partition by live's listener
+    assert all(e.first_record_ms <= e.last_record_ms for e in entries if e.records)
 
     assert main(["land", "--config", str(config), "--available-now"]) == 0, capsys.readouterr()
     assert len(rows_of(catalog, "raw.events")) == len(acks)
@@ -329,7 +332,7 @@ def test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row(
     # read but in no live batch, so kappa plan says why and aligns; from live's first minute on, it replays
     assert main(["plan", "--config", str(config), *window]) == 0
     out = capsys.readouterr().out
-    assert "the live ledger is not replayed: live's first recorded batch ran at" in out, out
+    assert "the live ledger is not replayed: live's first recorded batch starts at" in out, out
     first_trigger = datetime.fromtimestamp(min(e.end_ms for e in entries) / 1000, timezone.utc)
     later = first_trigger.replace(second=0, microsecond=0) + timedelta(minutes=1)
     if later < end:

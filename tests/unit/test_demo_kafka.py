@@ -4,18 +4,16 @@ story: micro-batch limits and the ledger put back on the lake's time axis."""
 from __future__ import annotations
 
 import base64
-import json
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_kappa.demo.kafka_broker import cluster_id
 from airflow_provider_kappa.demo.kafka_client import Ack
-from airflow_provider_kappa.demo.kafka_lake import Topic, batch_limits, kafka_unavailable, restamp_ledger
+from airflow_provider_kappa.demo.kafka_lake import Topic, batch_limits, kafka_unavailable
 from airflow_provider_kappa.demo.lake import start_broker
 from airflow_provider_kappa.demo.options import DemoOptions
-from airflow_provider_kappa.exceptions import KappaConfigError, KappaError
-from airflow_provider_kappa.spark.ledger import Ledger, LedgerEntry
+from airflow_provider_kappa.exceptions import KappaConfigError
 
 
 def test_without_fetched_jars_the_demo_falls_back_saying_why_in_one_line(
@@ -75,44 +73,3 @@ def test_batch_limits_read_every_topic_in_about_as_many_batches() -> None:
     assert batch_limits({"t": topic("t", [])}, 3) == {"t": 1}
     with pytest.raises(KappaConfigError, match="at least 1"):
         batch_limits(topics, 0)
-
-
-def entry(batch: int, end_ms: int, ranges: dict[str, dict[int, tuple[int | None, int]]]) -> LedgerEntry:
-    return LedgerEntry(
-        query_id="q", batch_id=batch, end_ms=end_ms, start_ms=None, watermark_ms=batch * 7, ranges=ranges
-    )
-
-
-def test_restamp_ledger_puts_each_batch_at_its_last_record_in_live_order(tmp_path: Path) -> None:
-    ledger = tmp_path / "ledger" / "summary"
-    ledger.mkdir(parents=True)
-    wall = 1_790_000_000_000  # live ran today: its trigger times say nothing of the lake's time axis
-    written = [
-        entry(0, wall, {"a": {0: (None, 3)}, "b": {0: (None, 1)}}),
-        entry(1, wall + 50, {"a": {0: (3, 5)}, "b": {0: (1, 1)}}),  # b moved nothing in this batch
-        entry(3, wall + 90, {"a": {0: (5, 6)}, "b": {0: (1, 2)}}),
-    ]
-    for e in written:
-        (ledger / e.name).write_text(e.to_json())
-    topics = {"a": topic("a", [10, 20, 30, 40, 50, 60]), "b": topic("b", [15, 55])}
-
-    assert restamp_ledger(ledger, topics) == 3
-
-    book = Ledger(str(ledger))
-    got = [book.entry(name) for _, _, name in book.keys]
-    assert [(e.batch_id, e.start_ms, e.end_ms) for e in got] == [(0, None, 30), (1, 30, 50), (3, 50, 60)]
-    assert [e.ranges for e in got] == [e.ranges for e in written] and [e.watermark_ms for e in got] == [0, 7, 21]
-    assert sorted(p.name for p in ledger.parent.iterdir()) == ["summary"]  # no leftover folder
-    assert json.loads((ledger / got[0].name).read_text())["end_ms"] == 30
-
-
-def test_restamp_ledger_keeps_positions_increasing_and_refuses_an_unknown_topic(tmp_path: Path) -> None:
-    ledger = tmp_path / "l"
-    ledger.mkdir()
-    for e in (entry(0, 1_000, {"a": {0: (None, 2)}}), entry(1, 2_000, {"a": {0: (2, 3)}})):
-        (ledger / e.name).write_text(e.to_json())
-    restamp_ledger(ledger, {"a": topic("a", [5, 9, 9])})  # the second batch's last record has the same stamp
-    book = Ledger(str(ledger))
-    assert [k[0] for k in book.keys] == [9, 10]
-    with pytest.raises(KappaError, match="topic 'a', not produced by the demo"):
-        restamp_ledger(ledger, {"other": topic("other", [1])})

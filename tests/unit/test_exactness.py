@@ -82,7 +82,7 @@ def test_a_ledger_begun_after_the_range_read_is_not_replayed_and_the_plan_says_w
     out = capsys.readouterr().out
     assert "exactness: aligned to 15min: micro-batches cut on the ingestion grid" in out, out
     assert (
-        f"the live ledger is not replayed: live's first recorded batch ran at {(T0 + 2 * H).isoformat()}, "
+        f"the live ledger is not replayed: live's first recorded batch starts at {(T0 + 2 * H).isoformat()}, "
         f"after the range read begins ({(T0 + H).isoformat()})" in out
     ), out
     assert "live batches" not in out
@@ -99,7 +99,7 @@ def test_a_ledger_ending_before_the_landed_data_is_not_replayed(config: Path) ->
     write_ledger(ledger_of(config), T0 - H, T0 + 2 * H)
     book = Ledger(ledger_of(config))
     gap = book.gap(ms(T0 + H), ms(T0 + 3 * H), ms(T0 + 2 * H + timedelta(minutes=50)))
-    assert gap is not None and gap.startswith(f"live's last recorded batch ran at {(T0 + 2 * H).isoformat()}")
+    assert gap is not None and gap.startswith(f"live's last recorded batch ends at {(T0 + 2 * H).isoformat()}")
     # the landed data of the range ends before live's last batch: covered, though the range reads on
     assert book.gap(ms(T0 + H), ms(T0 + 3 * H), ms(T0 + H + timedelta(minutes=50))) is None
 
@@ -177,7 +177,7 @@ def test_a_backlog_live_caught_up_after_the_range_is_not_replayed_and_the_plan_s
     window_end = ms(T0 + 3 * H)
     gap = book.gap(ms(T0 + H), ms(T0 + 3 * H + timedelta(minutes=30)), None, window_end)
     assert gap is not None and gap.startswith(
-        f"live's batch 12, started at {(T0 + 4 * H).isoformat()} after the range read ends"
+        f"live's batch 12, placed at {(T0 + 4 * H).isoformat()} after the range read ends"
     ), gap
     assert "a backlog live caught up after the range" in gap
     assert book.gap(ms(T0 + H), ms(T0 + 3 * H), None) is None  # the ends alone look covered

@@ -227,7 +227,7 @@ def test_a_corrupt_compacted_file_is_refused_naming_its_line(tmp_path: Path) -> 
     write_entries(ledger, 10)
     compact(str(ledger), chunk=10, keep_newest=0)
     (chunk,) = ledger.iterdir()
-    chunk.write_text(chunk.read_text().replace('"version":1', '"version":9', 1))
+    chunk.write_text(chunk.read_text().replace('"version":2', '"version":9', 1))
     with pytest.raises(KappaSourceError, match=r"line 1 is not a kappa ledger entry: version 9"):
         Ledger(str(ledger))
 

@@ -11,8 +11,9 @@ Live's no-data batches (run to apply a watermark that advanced) are replayed too
 reading nothing: Spark drops late events by the watermark of the batch before, so the sequence of
 batches, not only their contents, decides which late events count.
 
-Offsets stay ingestion positions ``{"pos": micros}``: the trigger time of the last live batch read.
-A slice reading ``[read_start, read_end)`` replays the live batches whose trigger time lies in it
+Offsets stay ingestion positions ``{"pos": micros}``: the placement of the last live batch read (by
+its data: its last record's time, :meth:`~airflow_provider_kappa.spark.ledger.Ledger.placement`).
+A slice reading ``[read_start, read_end)`` replays the live batches placed in it
 (a sequential slice goes on from the checkpoint's position, so a batch of a slice the plan skipped
 is replayed by the next slice that runs). ``max_misalignment_threshold`` and read limits do not
 apply: the batches are live's.
@@ -141,7 +142,7 @@ class ReplayState:
         self.spans: list[FileSpan] = file_spans(table, self.snapshot_id, opts.ingestion_column, None, None)
         self.bounds = kafka_bounds(table, self.snapshot_id)
         self.ledger = Ledger(opts.ledger)
-        self.positions = [end_ms * 1000 for end_ms, _, _ in self.ledger.keys]
+        self.positions = self.ledger.placement()  # by data, in live's order
         log.info(
             "kappa_iceberg %s@%s: replaying the live ledger %s (%d batches recorded), %d files, in %.2fs",
             opts.table,
@@ -156,7 +157,7 @@ class ReplayState:
         return {"pos": self.start - 1}
 
     def latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """One live batch per micro-batch: the first one live started after ``start``, if before the end."""
+        """One live batch per micro-batch: the first one placed after ``start``, if before the end."""
         pos = offset_field(start, "pos", BOUNDED)
         i = bisect.bisect_right(self.positions, pos)
         if i == len(self.positions) or self.positions[i] >= self.end:
@@ -171,7 +172,7 @@ class ReplayState:
         """Nothing to record: the pinned snapshot and the ledger already bound the query."""
 
     def entries(self, lo: int, hi: int) -> list[tuple[int, LedgerEntry]]:
-        """``(index, entry)`` of the live batches started in ``(lo, hi]`` (micros)."""
+        """``(index, entry)`` of the live batches placed in ``(lo, hi]`` (micros)."""
         first, stop = bisect.bisect_right(self.positions, lo), bisect.bisect_right(self.positions, hi)
         return [(i, self.ledger.entry(self.ledger.keys[i][2])) for i in range(first, stop)]
 
