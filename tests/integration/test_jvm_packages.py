@@ -7,14 +7,17 @@ JVM's home is an empty folder (no ``~/.m2`` to fall back on): a warm cache resol
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_kappa.engine import jvm
 from airflow_provider_kappa.engine.class_data_sharing import spark_home
-from airflow_provider_kappa.engine.connect_server import free_port
+from airflow_provider_kappa.engine.connect_server import TOKEN_ENV, LocalConnectServer, free_port
 from airflow_provider_kappa.exceptions import KappaConfigError
 
 pytestmark = pytest.mark.integration
@@ -65,3 +68,26 @@ def test_the_connector_adds_nothing_the_pyspark_wheel_holds() -> None:
         "spark-token-provider-kafka-0-10_2.13",
     ]
     assert not wheel & {artifact(p) for p in fetched}
+
+
+#: A Connect client that only analyzes a Kafka stream (the broker is never contacted): the columns of
+#: Spark's Kafka source, or "Failed to find data source: kafka" without the connector.
+KAFKA_SCHEMA = """
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.create()
+stream = spark.readStream.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9").option("subscribe", "t").load()
+print("columns", ",".join(stream.columns))
+"""
+
+
+def test_a_local_spark_connect_server_gets_the_connector_from_its_conf(tmp_path: Path) -> None:
+    conf = jvm.kafka_connector_conf({"spark.ui.enabled": "false"})
+    with LocalConnectServer(None, tmp_path / "server", master="local[1]", conf=conf) as server:
+        env = {**os.environ, "SPARK_REMOTE": server.url, TOKEN_ENV: server.token}
+        done = subprocess.run(
+            [sys.executable, "-c", KAFKA_SCHEMA], env=env, capture_output=True, text=True, timeout=300
+        )
+        log = server.log_file.read_text()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "columns key,value,topic,partition,offset,timestamp,timestampType" in done.stdout
+    assert f"spark-sql-kafka-0-10_2.13;{importlib.metadata.version('pyspark')}" in log  # resolved by Ivy at the start
