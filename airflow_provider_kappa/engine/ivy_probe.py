@@ -12,7 +12,7 @@ def main() -> None:
     """Print ``spark.jars`` after :data:`MARK`."""
     from pyspark.java_gateway import launch_gateway
 
-    gateway = launch_gateway()
+    gateway = launch_gateway()  # type: ignore[no-untyped-call]
     print(MARK + (gateway.jvm.java.lang.System.getProperty("spark.jars") or ""), flush=True)
 
 
