@@ -42,7 +42,7 @@ chromium:
 java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is missing: install it with 'apt-get install -y openjdk-17-jre-headless' and retry."; exit 1; }
 
-$(STAMP): setup.cfg pyproject.toml jvm/fetch.sh jvm/spark-kafka/pom.xml jvm/kafka/pom.xml jvm/rest-catalog/pom.xml jvm/rest-catalog/KappaRESTCatalogServer.java | java
+$(STAMP): setup.cfg pyproject.toml airflow_provider_kappa/engine/jvm.py jvm/fetch.sh jvm/rest-catalog/pom.xml jvm/rest-catalog/KappaRESTCatalogServer.java | java
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is missing: install it with 'apt-get install -y python3.11 python3.11-venv' and retry."; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -50,8 +50,10 @@ $(STAMP): setup.cfg pyproject.toml jvm/fetch.sh jvm/spark-kafka/pom.xml jvm/kafk
 	# pyspark-client (from the Spark provider) overwrites part of the pyspark package;
 	# reinstall pyspark last so every file is pyspark's own (same pinned release).
 	$(BIN)/pip install --quiet --no-deps --force-reinstall "$$(grep -E '^ *pyspark==' setup.cfg | tr -d ' ')"
-	@# JVM artifacts from Maven Central, once (Spark's Kafka connector, a Kafka broker, an Iceberg REST catalog): .cache/jvm
-	@# or $$KAPPA_JVM_DIR; nothing is downloaded while a job or a test runs
+	@# JVM packages from Maven Central, once: Spark's Kafka connector and a Kafka broker through Spark's own
+	@# spark.jars.packages into its Ivy cache (kappa jars); the tests' Iceberg REST catalog with Maven into
+	@# .cache/jvm or $$KAPPA_JVM_DIR (jvm/fetch.sh); nothing is downloaded while a job or a test runs
+	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/kappa jars
 	jvm/fetch.sh
 	touch $(STAMP)
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Fetch the JVM artifacts kappa runs beside PySpark from Maven Central, once, at install time:
-#   <dest>/spark-kafka/  Spark's Kafka connector + what the pyspark wheel's jars/ lack (jvm/spark-kafka/pom.xml)
-#   <dest>/kafka/        an Apache Kafka broker (KRaft) for the tests and the demo (jvm/kafka/pom.xml)
+# Fetch the JVM artifacts of the tests' Iceberg REST catalog server from Maven Central, once, at install time:
 #   <dest>/rest-catalog/ Apache Iceberg's REST catalog test server for the tests (jvm/rest-catalog/pom.xml)
+# (Spark's Kafka connector and the demo's Kafka broker come through Spark's own spark.jars.packages and its
+# Ivy cache, which `kappa jars` warms: airflow_provider_kappa/engine/jvm.py.)
 # A folder may also hold *.java launchers: compiled (javac, against the fetched jars) into <dest>/<name>/kappa-<name>.jar.
-# <dest>: $KAPPA_JVM_DIR, else .cache/jvm in this checkout (what airflow_provider_kappa/backfill/jvm.py
+# <dest>: $KAPPA_JVM_DIR, else .cache/jvm in this checkout (what airflow_provider_kappa/engine/jvm.py
 # looks in). Each folder is replaced atomically and stamped with the hash of its pom (and launchers): a second
 # run with the same files does nothing and contacts no registry. Maven keeps its own cache in ~/.m2.
 set -euo pipefail
@@ -13,7 +13,7 @@ dest="${KAPPA_JVM_DIR:-$here/../.cache/jvm}"
 command -v java >/dev/null 2>&1 || { echo "Java 17 is missing: install it with 'apt-get install -y openjdk-17-jre-headless' and retry."; exit 1; }
 mkdir -p "$dest"
 dest="$(cd "$dest" && pwd)"
-for name in spark-kafka kafka rest-catalog; do
+for name in rest-catalog; do
   pom="$here/$name/pom.xml"
   sources=("$here/$name"/*.java)
   [ -e "${sources[0]}" ] || sources=()

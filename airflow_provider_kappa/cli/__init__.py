@@ -21,6 +21,7 @@ VERBS = {
     "plan": "print the slices a backfill would run, from manifests only",
     "backfill": "snapshot, plan, run slices, validate and publish a window",
     "cleanup": "remove staging tables, checkpoints, plan files and tags of backfills past the retention",
+    "jars": "resolve the JVM packages kappa uses (Spark's Kafka connector, the demo's broker) into Spark's Ivy cache",
 }
 
 

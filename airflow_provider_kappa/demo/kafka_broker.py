@@ -1,9 +1,9 @@
 """A one-node Apache Kafka broker in KRaft mode on 127.0.0.1, for the tests and the demo.
 
-Runs from the jars ``jvm/fetch.sh`` fetched at install time (:func:`~airflow_provider_kappa.engine.jvm.broker_classpath`):
+Runs from the jars Spark's Ivy resolved (:func:`~airflow_provider_kappa.engine.jvm.broker_classpath`, cached):
 the storage is formatted with ``kafka.tools.StorageTool``, then ``kafka.Kafka`` runs as broker and
 controller in one JVM, on two free ports of 127.0.0.1, in its own process group, and is stopped
-by its process id (SIGTERM, a clean shutdown; SIGKILL after a timeout). Nothing is downloaded.
+by its process id (SIGTERM, a clean shutdown; SIGKILL after a timeout).
 Use it as a context manager, or :meth:`KafkaBroker.start` / :meth:`KafkaBroker.stop`.
 """
 

@@ -39,7 +39,7 @@ from airflow_provider_kappa.demo.lakegen import (
     landed_events,
 )
 from airflow_provider_kappa.engine.connect_server import log_tail
-from airflow_provider_kappa.engine.jvm import KAFKA_BROKER, SPARK_KAFKA, artifact_jars
+from airflow_provider_kappa.engine.jvm import broker_classpath, connector_jars
 from airflow_provider_kappa.engine.landing import landings
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError, KappaError
 from airflow_provider_kappa.job.config import JobConfig
@@ -54,15 +54,16 @@ KAFKA_ENV = "KAPPA_KAFKA"
 
 def kafka_unavailable() -> str | None:
     """Why the demo cannot run a Kafka broker here, in one line, or ``None`` when it can try
-    (the broker's and the connector's jars fetched, ``java`` found, kafka-python installed)."""
-    try:
-        artifact_jars(KAFKA_BROKER)
-        artifact_jars(SPARK_KAFKA)
-        _java()
-    except KappaError as e:
-        return str(e).splitlines()[0]
+    (``java`` found, kafka-python installed, the broker's and the connector's packages resolved through
+    Spark's Ivy: from its cache, else fetched once from Maven Central now)."""
     if importlib.util.find_spec("kafka") is None:
         return "kafka-python is not installed: pip install 'airflow-provider-kappa[demo]'"
+    try:
+        _java()
+        broker_classpath()
+        connector_jars()
+    except KappaError as e:
+        return str(e).splitlines()[0]
     return None
 
 

@@ -47,7 +47,7 @@ def landed_frame(spark: SparkSession, src: KafkaSourceSettings) -> DataFrame:
         if "kafka" in str(e).lower() and "find" in str(e).lower():
             raise KappaConfigError(
                 "kappa land: this Spark has no Kafka connector (org.apache.spark:spark-sql-kafka-0-10): "
-                "`make install` fetches it and kappa land puts it on spark.jars"
+                "kappa land puts it on spark.jars.packages (Spark resolves it through Ivy; `kappa jars` fills that cache)"
             ) from e
         raise
     topic, partition, offset = KAFKA_COLUMNS

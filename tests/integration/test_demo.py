@@ -79,7 +79,7 @@ def test_reduced_demo_prints_the_report(demo: tuple[subprocess.CompletedProcess[
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Kappa backfill demo" in done.stdout
     assert "time by stage" in done.stdout
-    # the Kafka story ran (this machine has the broker's jars: make install fetched them)
+    # the Kafka story ran (this machine's Ivy cache has the broker's jars: make install ran kappa jars)
     assert "      live path: Kafka, broker 127.0.0.1:" in done.stdout, done.stdout[-3000:]
     assert "produced into Kafka and landed by kappa land" in done.stdout
     report = (workdir / "report.txt").read_text()

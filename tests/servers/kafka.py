@@ -1,5 +1,5 @@
 """A real Apache Kafka broker for the tests (KRaft, one node on 127.0.0.1, free ports), from the jars
-``make install`` fetched (``jvm/fetch.sh``): kappa's own :class:`~airflow_provider_kappa.demo.kafka_broker.KafkaBroker`,
+Spark's Ivy resolved into its cache (``make install`` runs ``kappa jars``; ``engine/jvm.py``): kappa's own :class:`~airflow_provider_kappa.demo.kafka_broker.KafkaBroker`,
 started once per test session and stopped by its process id. Topics are created and events produced
 with kafka-python: :func:`create_topic` and :func:`produce` are the demo's own (``demo/kafka_client.py``)."""
 

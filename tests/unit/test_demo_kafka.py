@@ -16,13 +16,19 @@ from airflow_provider_kappa.demo.options import DemoOptions
 from airflow_provider_kappa.exceptions import KappaConfigError
 
 
-def test_without_fetched_jars_the_demo_falls_back_saying_why_in_one_line(
+def test_without_resolvable_jars_the_demo_falls_back_saying_why_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KAPPA_JVM_DIR", str(tmp_path / "empty"))
+    # the process boundary: nothing remembered, and a java that fails as spark-submit's resolution would offline
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\necho ':: UNRESOLVED DEPENDENCIES ::' >&2\nexit 1\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     why = kafka_unavailable()
     assert why is not None and "\n" not in why
-    assert "'kafka' are not fetched" in why and str(tmp_path / "empty" / "kafka") in why
+    assert "org.apache.kafka:kafka_2.13" in why and "could not be resolved" in why and "`kappa jars`" in why
     broker, said = start_broker(DemoOptions(workdir=tmp_path / "demo"), tmp_path / "demo")
     assert broker is None and said == why
     assert not (tmp_path / "demo" / "kafka").exists()  # nothing started

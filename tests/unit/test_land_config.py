@@ -1,5 +1,5 @@
 """``land:`` in kappa.yaml, the choice of what ``kappa land`` lands and its Spark conf, and the
-lookup of the JVM artifacts fetched at install time (``engine/jvm.py``): no Spark, no broker."""
+JVM packages of ``engine/jvm.py`` (Spark's Kafka connector through ``spark.jars.packages``): no Spark, no broker."""
 
 from __future__ import annotations
 
@@ -148,37 +148,85 @@ def test_land_conf_carries_the_jobs_launch_choices_like_every_other_run(tmp_path
 # --------------------------------------------------------------------------- jars
 
 
-def fake_jars(base: Path, names: list[str]) -> Path:
-    folder = base / jvm.SPARK_KAFKA
-    folder.mkdir(parents=True)
-    for name in names:
-        (folder / name).write_bytes(b"PK")
-    return base
+def failing_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process boundary: a JAVA_HOME whose java fails, so any spark-submit started fails at once."""
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\necho 'Error: no JVM here' >&2\nexit 1\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
 
 
-CONNECTOR = ["spark-sql-kafka-0-10_2.13-4.2.0.jar", "kafka-clients-3.9.2.jar", "commons-pool2-2.13.1.jar"]
+def test_the_connector_goes_to_spark_jars_packages_at_the_installed_spark_release() -> None:
+    import importlib.metadata
+
+    release = importlib.metadata.version("pyspark")
+    conf = jvm.kafka_connector_conf(
+        {"spark.jars.packages": "org.example:udf:1.0", "spark.jars": "/opt/udf.jar", "x": "1"}
+    )
+    assert conf["spark.jars.packages"] == f"org.example:udf:1.0,org.apache.spark:spark-sql-kafka-0-10_2.13:{release}"
+    assert conf["spark.jars"] == "/opt/udf.jar" and conf["x"] == "1"
+    excluded = conf["spark.jars.excludes"].split(",")
+    assert "org.apache.hadoop:hadoop-client-runtime" in excluded and len(excluded) == len(set(excluded))
+    assert jvm.kafka_connector_conf({}, "4.0.1")["spark.jars.packages"].endswith("_2.13:4.0.1")
+    again = jvm.kafka_connector_conf({"spark.jars.excludes": "org.slf4j:slf4j-api"}, "4.1.0")
+    assert again["spark.jars.excludes"].split(",").count("org.slf4j:slf4j-api") == 1
 
 
-def test_the_connector_jars_go_to_spark_jars_as_local_files(tmp_path: Path) -> None:
-    base = fake_jars(tmp_path / "cache", CONNECTOR)
-    conf = jvm.kafka_connector_conf({"spark.jars": "/opt/udf.jar", "x": "1"}, [tmp_path / "empty", base])
-    jars = conf["spark.jars"].split(",")
-    assert jars[0] == "/opt/udf.jar" and len(jars) == 4 and conf["x"] == "1"
-    assert all(Path(j).is_file() for j in jars[1:]) and any("spark-sql-kafka" in j for j in jars)
-
-
-def test_a_conf_that_brings_its_own_connector_is_left_alone(tmp_path: Path) -> None:
+def test_a_conf_that_brings_its_own_connector_is_left_alone() -> None:
     own = {"spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"}
-    assert jvm.kafka_connector_conf(own, [tmp_path]) == own  # nothing fetched, nothing needed
+    assert jvm.kafka_connector_conf(own) == own
+    jars = {"spark.jars": "/opt/spark-sql-kafka-0-10_2.13-4.0.0.jar"}
+    assert jvm.kafka_connector_conf(jars) == jars
 
 
-def test_missing_jars_say_what_to_run(tmp_path: Path) -> None:
-    with pytest.raises(KappaConfigError, match=r"'spark-kafka' are not fetched .*make install"):
-        jvm.kafka_connector_conf({}, [tmp_path])
-    with pytest.raises(KappaConfigError, match="holds no spark-sql-kafka-0-10 jar"):
-        jvm.kafka_connector_conf({}, [fake_jars(tmp_path / "c", ["kafka-clients-3.9.2.jar"])])
-    with pytest.raises(KappaConfigError, match="'kafka' are not fetched"):
-        jvm.broker_classpath([tmp_path])
+def test_a_failed_resolution_names_the_package_and_what_to_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    failing_java(tmp_path, monkeypatch)
+    with pytest.raises(KappaConfigError, match=r"org\.example:nothing:1\.0: could not be resolved .*kappa jars") as e:
+        jvm.resolve(["org.example:nothing:1.0"])
+    assert "\n" not in str(e.value)
+
+
+def test_a_resolved_class_path_is_remembered_while_its_jars_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    failing_java(tmp_path, monkeypatch)  # a resolution would fail: the remembered one is used without it
+    jar = tmp_path / "ivy" / "jars" / "org.example_a-1.0.jar"
+    jar.parent.mkdir(parents=True)
+    jar.write_bytes(b"PK")
+    calls: list[list[str]] = []
+    real = jvm.resolve
+
+    def counted(packages: Any, *args: Any, **kwargs: Any) -> list[Path]:
+        calls.append(list(packages))
+        return real(packages, *args, **kwargs)
+
+    monkeypatch.setattr(jvm, "resolve", counted)
+    with pytest.raises(KappaConfigError):  # nothing remembered yet: spark-submit runs (and fails here)
+        jvm.resolve_cached(["org.example:a:1.0"])
+    assert calls == [["org.example:a:1.0"]]
+    remembered = list((tmp_path / "xdg" / "airflow-provider-kappa").glob("classpath-*.txt"))
+    assert remembered == []  # a failure is not remembered
+    monkeypatch.setattr(jvm, "resolve", lambda *a, **k: [jar])
+    assert jvm.resolve_cached(["org.example:a:1.0"]) == [jar]
+    monkeypatch.setattr(jvm, "resolve", counted)
+    assert jvm.resolve_cached(["org.example:a:1.0"]) == [jar] and len(calls) == 1  # remembered: no spark-submit
+    jar.unlink()
+    with pytest.raises(KappaConfigError):  # a jar gone from the cache: resolved again
+        jvm.resolve_cached(["org.example:a:1.0"])
+    assert len(calls) == 2
+
+
+def test_the_broker_runs_on_the_scala_of_the_pyspark_wheel() -> None:
+    names = [p.name for p in jvm.wheel_scala_jars()]
+    assert names[0].startswith("scala-library-2.13.") and names[1].startswith("scala-reflect-2.13.")
+    assert names[0].removeprefix("scala-library-") == names[1].removeprefix("scala-reflect-")
+
+
+def test_missing_fetched_artifacts_say_what_to_run(tmp_path: Path) -> None:
+    with pytest.raises(KappaConfigError, match=r"'rest-catalog' are not fetched .*make install"):
+        jvm.artifact_jars("rest-catalog", [tmp_path])
 
 
 def test_the_jar_folder_comes_from_the_environment_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,23 +237,3 @@ def test_the_jar_folder_comes_from_the_environment_first(tmp_path: Path, monkeyp
     checkout, user = jvm.jvm_dirs()
     assert checkout == Path(jvm.__file__).resolve().parents[2] / ".cache" / "jvm"
     assert user == tmp_path / "xdg" / "airflow-provider-kappa" / "jvm"
-
-
-def test_the_fetched_connector_adds_nothing_the_pyspark_wheel_holds() -> None:
-    """The install's jars (make install fetches them) hold no artifact the pyspark wheel's jars/ already has."""
-    import re
-
-    from airflow_provider_kappa.engine.class_data_sharing import spark_home
-
-    fetched = jvm.artifact_jars(jvm.SPARK_KAFKA)  # KappaConfigError naming what to run when not fetched
-    home = spark_home()
-    assert home is not None
-    artifact = lambda p: re.sub(r"-\d+(\.\d+)+[\w.\-]*\.jar$", "", p.name)  # noqa: E731
-    wheel = {artifact(p) for p in (home / "jars").glob("*.jar")}
-    assert sorted(artifact(p) for p in fetched) == [
-        "commons-pool2",
-        "kafka-clients",
-        "spark-sql-kafka-0-10_2.13",
-        "spark-token-provider-kafka-0-10_2.13",
-    ]
-    assert not wheel & {artifact(p) for p in fetched}
