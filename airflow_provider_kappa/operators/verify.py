@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 
 from airflow_provider_kappa.backfill.verify import drift_text, verification, verify_min_match
-from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException, AirflowSkipException
+from airflow_provider_kappa.compat.airflow import AirflowFailException, AirflowSkipException
 from airflow_provider_kappa.operators.links import KappaReportLink, record_report_url
 from airflow_provider_kappa.operators.validate import KappaValidateOperator
 

@@ -311,7 +311,7 @@ def test_an_empty_slice_creates_no_staging_table_and_validate_and_publish_count_
 
 def test_the_cleanup_task_keeps_its_runs_backfill_unless_it_published(catalog: Any, lake: Path) -> None:
     from airflow_provider_kappa.backfill.backfill import Backfill
-    from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException
+    from airflow_provider_kappa.compat.airflow import AirflowFailException
     from airflow_provider_kappa.operators.cleanup import KappaCleanupOperator
 
     params = {"start": START.isoformat(), "end": END.isoformat(), "slice": "1h", "dry_run": True}
