@@ -12,11 +12,11 @@ demo: $(STAMP)
 
 test: $(STAMP) chromium lint
 	@# pytest exits 5 when it collected no test: that is a failure here.
-	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
+	$(BIN)/python -m pytest --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
 
-# the fast tier (tests/unit: no Spark, no Airflow DB, no server), under 2 minutes
+# the fast tier (tests/unit: no Spark, no Airflow DB, no server) on every core (pytest-xdist)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests/unit; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
+	$(BIN)/python -m pytest -n auto tests/unit; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
 
 install: $(STAMP)
 

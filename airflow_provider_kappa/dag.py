@@ -14,9 +14,9 @@ from airflow.sdk import DAG, Param
 
 from airflow_provider_kappa.backfill.params import param_schemas
 from airflow_provider_kappa.backfill.params_docs import params_table
+from airflow_provider_kappa.compat.airflow import CronDataIntervalTimetable, DeltaDataIntervalTimetable
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.job.config import CONNECT, JobConfig, load_config
-from airflow_provider_kappa.operators.airflow_sdk import CronDataIntervalTimetable, DeltaDataIntervalTimetable
 from airflow_provider_kappa.operators.cleanup import KappaCleanupOperator
 from airflow_provider_kappa.operators.connect_server import START, STOP, KappaConnectServerOperator
 from airflow_provider_kappa.operators.landed import KappaLandedSensor

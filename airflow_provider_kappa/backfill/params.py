@@ -413,13 +413,18 @@ class BackfillParams:
         """JSON-able form, accepted back by :func:`parse_params`."""
         return {p.name: p.dump(getattr(self, p.name)) for p in PARAMS}
 
-    def min_match_for(self, replays_ledger: bool) -> float:
-        """The publish gate, in percent: ``min_match``; unset, 100 for a run that replays the live
-        ledger and does not publish (a verification: any difference from live is drift), else 0 (a
-        publishing backfill exists to replace output that differs)."""
+    def min_match_for(self, replays_ledger: bool = False, *, verification: bool = False) -> float:
+        """The match rate, in percent, a run must reach: ``min_match``; unset, 100 in a verification
+        (``verification``: the verification DAG's tasks; any difference from live is drift, with the
+        ledger replayed or not) and for a run that replays the live ledger and does not publish,
+        else 0 (a publishing backfill exists to replace output that differs).
+
+        :param replays_ledger: whether the run replays the live ledger (its plan says).
+        :param verification: the verification's own threshold (its drift and gate).
+        """
         if self.min_match is not None:
-            return self.min_match
-        return 100.0 if replays_ledger and not self.publishes else 0.0
+            return float(self.min_match)
+        return 100.0 if verification or (replays_ledger and not self.publishes) else 0.0
 
 
 BackfillParams.__doc__ = (

@@ -4,7 +4,7 @@ A verification is a backfill with ``publish: false`` (the DAG of
 :func:`airflow_provider_kappa.dag.kappa_verify_dag`, scheduled: each run replays its data interval,
 yesterday). Its validation compares the replayed rows with what live wrote to the targets; a
 sink whose match rate is below the verification's ``min_match`` **drifts**. Unset, ``min_match``
-is 100 in a verification, whether or not the ledger is replayed (:func:`verify_min_match`): with
+is 100 in a verification, whether or not the ledger is replayed (:meth:`~airflow_provider_kappa.backfill.params.BackfillParams.min_match_for`): with
 the ledger the replay is exact, so any difference is drift; without it, a job whose output depends
 on live's micro-batch cuts (late-event drops, joins) may differ near window ends, and its
 verification sets ``min_match`` (or ``backfill.min_match``) to the match ``kappa plan`` says to
@@ -26,21 +26,10 @@ from airflow_provider_kappa.timeparse import parse_timestamp
 
 if TYPE_CHECKING:
     from airflow_provider_kappa.backfill.backfill import Backfill
-    from airflow_provider_kappa.backfill.params import BackfillParams
     from airflow_provider_kappa.backfill.validate import ValidationReport
 
 #: Most drifting windows a verification lists per sink (the first ones in time; the count says how many in all).
 MAX_DRIFT_WINDOWS = 20
-#: ``min_match`` of a verification whose ``min_match`` is unset: any difference from live is drift.
-VERIFY_MIN_MATCH = 100.0
-
-
-def verify_min_match(params: BackfillParams) -> float:
-    """The match rate, in percent, below which a sink drifts: ``min_match``, unset 100.
-
-    :param params: the verification's parameters.
-    """
-    return VERIFY_MIN_MATCH if params.min_match is None else float(params.min_match)
 
 
 def drifting_windows(report: ValidationReport, limit: int = MAX_DRIFT_WINDOWS) -> tuple[list[dict[str, Any]], int]:
@@ -81,7 +70,7 @@ def verification(
 ) -> dict[str, Any]:
     """The summary of a verification (JSON-safe, small: at most ``limit`` windows per sink).
 
-    ``drift`` is True when a sink's match rate is below :func:`verify_min_match`; ``sinks`` holds,
+    ``drift`` is True when a sink's match rate is below ``min_match_for(verification=True)``; ``sinks`` holds,
     per sink: ``table``, ``match_rate``, ``drift``, ``live_rows``, ``replayed_rows``,
     ``drifting_windows`` (how many output windows differ), ``windows`` (the first ``limit`` of
     them, :func:`drifting_windows`) and ``window_seconds`` / ``grid`` (the windows' length; ``grid``
@@ -92,7 +81,7 @@ def verification(
     :param report_url: where the HTML report opens ('' when no browser can open it).
     :param limit: the most windows listed per sink.
     """
-    min_match = verify_min_match(bf.params)
+    min_match = bf.params.min_match_for(verification=True)
     sinks: dict[str, Any] = {}
     for name, report in reports.items():
         windows, differing = drifting_windows(report, limit)

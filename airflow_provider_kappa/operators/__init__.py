@@ -27,6 +27,7 @@ from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.exactness import Exactness
 from airflow_provider_kappa.backfill.params import KEYS
 from airflow_provider_kappa.backfill.plan import BackfillPlan, SlicePlan
+from airflow_provider_kappa.compat.airflow import AirflowFailException
 from airflow_provider_kappa.exceptions import (
     KappaConcurrencyError,
     KappaConfigError,
@@ -36,7 +37,6 @@ from airflow_provider_kappa.exceptions import (
 )
 from airflow_provider_kappa.faults import transient_cause
 from airflow_provider_kappa.job.config import load_config
-from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.backfill.cleanup import age_text, cleanup
 from airflow_provider_kappa.backfill.ledger_upkeep import ledger_upkeep
+from airflow_provider_kappa.compat.airflow import AirflowFailException
 from airflow_provider_kappa.job.config import load_config
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
-from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException
 from airflow_provider_kappa.timeparse import human_duration, parse_duration
 
 if TYPE_CHECKING:

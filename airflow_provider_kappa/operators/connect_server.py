@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_kappa.compat.airflow import AirflowFailException
 from airflow_provider_kappa.engine.connect_server import ensure_server, redact_url, stop_owned
 from airflow_provider_kappa.engine.shared_server import remove_sessions
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
-from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

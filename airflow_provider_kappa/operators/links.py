@@ -63,7 +63,7 @@ def option(name: str) -> str:
 
     :param name: the option, e.g. ``report_base_url``.
     """
-    from airflow_provider_kappa.operators.airflow_sdk import conf
+    from airflow_provider_kappa.compat.airflow import conf
 
     return str(conf.get(SECTION, name, fallback="") or "").strip()
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.backfill.params import SEQUENTIAL
 from airflow_provider_kappa.backfill.plan import plan as plan_slices
+from airflow_provider_kappa.compat.airflow import AirflowFailException, BaseBranchOperator
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
-from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException, BaseBranchOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

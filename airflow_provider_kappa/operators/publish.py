@@ -13,8 +13,8 @@ from airflow_provider_kappa.backfill.checks import closed_end
 from airflow_provider_kappa.backfill.publish import publish
 from airflow_provider_kappa.backfill.summary import summary
 from airflow_provider_kappa.backfill.validate import pinned
+from airflow_provider_kappa.compat.airflow import AirflowFailException, AirflowSkipException
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
-from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException, AirflowSkipException
 from airflow_provider_kappa.operators.lineage import KappaLineageMixin, Lineage, source_tables, target_tables
 from airflow_provider_kappa.operators.links import KappaReportLink, record_report_link
 

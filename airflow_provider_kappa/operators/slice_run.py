@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.backfill.plan import SlicePlan, slice_id
 from airflow_provider_kappa.backfill.slices import run_slice, slice_ready
+from airflow_provider_kappa.compat.airflow import AirflowFailException, AirflowRescheduleException
 from airflow_provider_kappa.engine.processes import stop_running
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
-from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException, AirflowRescheduleException
 from airflow_provider_kappa.operators.lineage import (
     KappaLineageMixin,
     Lineage,

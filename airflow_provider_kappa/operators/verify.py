@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_provider_kappa.backfill.verify import drift_text, verification, verify_min_match
-from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException, AirflowSkipException
+from airflow_provider_kappa.backfill.verify import drift_text, verification
+from airflow_provider_kappa.compat.airflow import AirflowFailException, AirflowSkipException
 from airflow_provider_kappa.operators.links import KappaReportLink, record_report_url
 from airflow_provider_kappa.operators.validate import KappaValidateOperator
 
@@ -52,7 +52,7 @@ class KappaVerifyOperator(KappaValidateOperator):
     the match rate and the drifting output windows. A low match does not fail this task (the
     ``drift`` and ``verify_gate`` tasks after it record the event and fail the run); bad input and
     unreadable tables do. ``min_match`` unset is 100
-    (:func:`~airflow_provider_kappa.backfill.verify.verify_min_match`), also in the HTML report.
+    (:meth:`~airflow_provider_kappa.backfill.params.BackfillParams.min_match_for`), also in the HTML report.
 
     :param config_path: path of the job's kappa.yaml (templated).
     :param plan: the plan task's XCom (templated).
@@ -69,7 +69,7 @@ class KappaVerifyOperator(KappaValidateOperator):
                 f"{self.task_id}: backfill parameter publish: {bf.params.publish!r}, but a verification never "
                 "publishes; allowed: false (the verification DAG's default)"
             )
-        return replace(bf, params=replace(bf.params, min_match=verify_min_match(bf.params)))
+        return replace(bf, params=replace(bf.params, min_match=bf.params.min_match_for(verification=True)))
 
     def execute(self, context: Context) -> dict[str, Any]:
 

@@ -24,13 +24,13 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_env import PLANTED_SECRET, write_job_config
 from lake import T0, append_events, create_events_table, create_sessions_table, event, sessions_arrow, sorted_rows
 
-from airflow_provider_kappa.engine.progress import PROGRESS_EVENT
-from airflow_provider_kappa.operators.airflow_sdk import (
+from airflow_provider_kappa.compat.airflow import (
     AirflowException,
     AirflowFailException,
     AirflowRescheduleException,
     AirflowSkipException,
 )
+from airflow_provider_kappa.engine.progress import PROGRESS_EVENT
 from airflow_provider_kappa.operators.plan import KappaModeBranchOperator, KappaPlanOperator
 from airflow_provider_kappa.operators.publish import KappaPublishOperator, target_asset
 from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator

@@ -61,7 +61,11 @@ def test_stopping_a_yarn_cluster_submit_kills_its_application(
     deadline = time.monotonic() + 20
     while submit_process(hook) is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.5)  # the client printed its application id
+    if deploy_mode == "cluster":  # until the hook read the application id the client printed
+        while cluster_application(hook) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    else:  # the client printed the same line; give the hook the time to (not) take it
+        time.sleep(0.5)
     assert cluster_application(hook) == (APP if deploy_mode == "cluster" else None)
     stop_submit(hook, timeout=5)
     runner.join(timeout=20)

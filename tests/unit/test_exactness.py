@@ -145,6 +145,7 @@ def test_min_match_defaults_to_100_for_a_ledger_replay_that_does_not_publish(con
     assert (verify.min_match_for(True), verify.min_match_for(False)) == (100.0, 0.0)
     assert repair.min_match_for(True) == 0.0  # a publishing backfill exists to replace output that differs
     assert given.min_match_for(True) == 99.5
+    assert (given.min_match_for(verification=True), verify.min_match_for(False, verification=True)) == (99.5, 100.0)
 
 
 def test_an_unreadable_ledger_is_refused_before_the_lock_with_true_and_said_with_auto(

@@ -10,6 +10,7 @@ Every ``import``/``from … import`` counts, at module level or inside a functio
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -53,10 +54,16 @@ def modules() -> dict[str, Path]:
     return found
 
 
+@cache
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for all the tests here (none changes it)."""
+    return ast.parse(path.read_text())
+
+
 def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
@@ -162,7 +169,7 @@ def test_no_module_over_the_limit() -> None:
 def test_no_function_over_the_limit() -> None:
     over = {}
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 if length > FUNCTION_LINES:
@@ -194,7 +201,7 @@ def _module_level_imports(module: str, path: Path, known: dict[str, Path]) -> se
     """Every module ``module`` imports when it is imported: its top-level imports, a ``try`` block's
     included, not those under ``if TYPE_CHECKING:``."""
     out: set[str] = set()
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     for node in tree.body:
         nodes = ast.walk(node) if isinstance(node, ast.Try) else [node]
         for n in nodes:
@@ -238,7 +245,7 @@ def test_imports_inside_functions_only_keep_heavy_libraries_out() -> None:
     seen: dict[str, bool] = {}
     needless = []
     for module, path in sorted(known.items()):
-        for fn in ast.walk(ast.parse(path.read_text())):
+        for fn in ast.walk(parsed(path)):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):

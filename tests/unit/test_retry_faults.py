@@ -16,6 +16,7 @@ import pytest
 from airflow_env import write_job_config
 from lake import T0, append_events, create_events_table, create_sessions_table, event
 
+from airflow_provider_kappa.compat.airflow import AirflowFailException
 from airflow_provider_kappa.exceptions import (
     KappaCatalogConflictError,
     KappaCatalogUnavailableError,
@@ -24,7 +25,6 @@ from airflow_provider_kappa.exceptions import (
 )
 from airflow_provider_kappa.faults import is_transient, transient_cause
 from airflow_provider_kappa.operators import fail_fast
-from airflow_provider_kappa.operators.airflow_sdk import AirflowFailException
 from airflow_provider_kappa.operators.snapshot import KappaSnapshotOperator
 
 PARAMS = {

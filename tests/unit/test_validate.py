@@ -13,6 +13,7 @@ from airflow_provider_kappa.backfill.compare import HourCounts
 from airflow_provider_kappa.backfill.validate import check_min_match, validate_window
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaValidationError
 from airflow_provider_kappa.spark.staging import ensure_staging_table, staging_table_name
+from airflow_provider_kappa.timeparse import to_micros
 
 TARGET = "prod.summary"
 H = timedelta(hours=1)
@@ -161,63 +162,56 @@ def test_tiny_batches_and_many_partitions_give_the_same_report(catalog: Any, see
     assert small == full
 
 
-def test_the_peak_memory_of_validate_does_not_hold_the_window(tmp_path: Any) -> None:
+def test_the_peak_memory_of_validate_does_not_hold_the_window(catalog: Any, lake_dir: Any) -> None:
     """Arrow's peak allocation in a fresh process validating a 400k-row window (both sides ~13 MB
-    of Arrow each) stays a small fraction of the window: batches and partitions, never the whole."""
+    of Arrow each) stays a small fraction of the window: batches and partitions, never the whole.
+
+    The lake is written here (vectorised, in this process); only the validation runs in the fresh
+    process whose memory pool's high-water mark is read."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    script = r"""
-import sys, json
-from datetime import datetime, timedelta, timezone
-import pyarrow as pa
-from pyiceberg.catalog.sql import SqlCatalog
-sys.path.insert(0, sys.argv[2])
-from lake import create_summary_table, summary_arrow
-from airflow_provider_kappa.spark.staging import ensure_staging_table, staging_table_name
+    import numpy as np
+    import pyarrow as pa
+    from lake import summary_arrow
 
-d = sys.argv[1]
-catalog = SqlCatalog("lake", uri=f"sqlite:///{d}/c.db", warehouse=f"file://{d}/wh")
-t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
-n = 400_000
-def rows(shift):
-    start = pa.array([t0 + timedelta(seconds=i % 28800) for i in range(n)], pa.timestamp("us", tz="UTC"))
-    return pa.table([start, start, pa.array(range(n), pa.int64()), pa.array([i % 97 + shift * (i % 1000 == 0) for i in range(n)], pa.int64())],
-                    schema=summary_arrow())
-create_summary_table(catalog, "prod.summary").append(rows(0))
-staging = staging_table_name("prod.summary", "bf", "s1")
-ensure_staging_table(catalog, "prod.summary", staging).append(rows(1))
-print(json.dumps({"window_bytes": rows(0).nbytes, "staging": staging}))
-"""
+    n = 400_000
+    i = np.arange(n, dtype=np.int64)
+    # window_start = T0 + (i mod 8 h) seconds; one row in 1000 differs on the staged side
+    start = pa.array(to_micros(T0) + (i % 28_800) * 1_000_000, pa.timestamp("us", tz="UTC"))
+
+    def rows(shift: int) -> Any:
+        return pa.table([start, start, pa.array(i), pa.array(i % 97 + shift * (i % 1000 == 0))], schema=summary_arrow())
+
+    window = rows(0)
+    create_summary_table(catalog, TARGET).append(window)
+    staging = staging_table_name(TARGET, "bf", "s1")
+    ensure_staging_table(catalog, TARGET, staging).append(rows(1))
     probe = r"""
 import sys, json
 from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 from airflow_provider_kappa.backfill.validate import validate_window
-d, staging = sys.argv[1], sys.argv[2]
-catalog = SqlCatalog("lake", uri=f"sqlite:///{d}/c.db", warehouse=f"file://{d}/wh")
-t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+d, target, staging, t0 = sys.argv[1:]
+catalog = SqlCatalog("lake", uri=f"sqlite:///{d}/catalog.db", warehouse=f"file://{d}/warehouse")
+t0 = datetime.fromisoformat(t0)
 before = pa.default_memory_pool().max_memory()
-report = validate_window(catalog, "prod.summary", [staging], "window_start", t0, t0 + timedelta(hours=8),
+report = validate_window(catalog, target, [staging], "window_start", t0, t0 + timedelta(hours=8),
                          batch_rows=8192, partition_bytes=256 * 1024)
 print(json.dumps({"peak": pa.default_memory_pool().max_memory(), "before": before,
                   "matched": report.matched_rows, "staged": report.staged_rows, "target": report.target_rows}))
 """
-    tests_dir = str(Path(__file__).parents[1])
-    made = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path), tests_dir], capture_output=True, text=True, timeout=300
-    )
-    assert made.returncode == 0, made.stderr
-    seeded = json.loads(made.stdout.strip().splitlines()[-1])
     ran = subprocess.run(
-        [sys.executable, "-c", probe, str(tmp_path), seeded["staging"]], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", probe, str(lake_dir), TARGET, staging, T0.isoformat()],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert ran.returncode == 0, ran.stderr
     out = json.loads(ran.stdout.strip().splitlines()[-1])
-    assert (out["staged"], out["target"], out["matched"]) == (400_000, 400_000, 400_000 - 400)
-    assert out["peak"] < seeded["window_bytes"] / 4, (out, seeded)
+    assert (out["staged"], out["target"], out["matched"]) == (n, n, n - n // 1000)
+    assert out["peak"] < window.nbytes / 4, (out, window.nbytes)
 
 
 def test_row_stream_reads_files_of_older_schemas_and_bounds_its_batches(catalog: Any) -> None:

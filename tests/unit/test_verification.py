@@ -12,7 +12,7 @@ from lake import T0, summary_row, summary_table
 
 from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.validate import build_report
-from airflow_provider_kappa.backfill.verify import MAX_DRIFT_WINDOWS, drift_text, verification, verify_min_match
+from airflow_provider_kappa.backfill.verify import MAX_DRIFT_WINDOWS, drift_text, verification
 from airflow_provider_kappa.job.config import load_config
 
 START, END = T0, T0 + timedelta(hours=4)
@@ -72,7 +72,9 @@ def test_windows_are_capped_and_their_total_kept(tmp_path: Path, catalog_props: 
 
 
 def test_min_match_unset_is_100_and_a_given_one_decides(tmp_path: Path, catalog_props: dict[str, str]) -> None:
-    assert verify_min_match(_verification(tmp_path, catalog_props).params) == 100.0  # no ledger replayed: still 100
+    params = _verification(tmp_path, catalog_props).params
+    assert params.min_match_for(False, verification=True) == 100.0  # no ledger replayed: still 100
+    assert params.min_match_for(True, verification=True) == 100.0
     lenient = _verification(tmp_path, catalog_props, min_match=98.5)
     summary = verification(lenient, {"s": _report([35])})
     assert not summary["drift"] and summary["min_match"] == 98.5
