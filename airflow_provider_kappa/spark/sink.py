@@ -55,6 +55,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from airflow_provider_kappa.compat.pyiceberg import write_data_files
+from airflow_provider_kappa.compat.pyspark import arrow_schema
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSupersededError
 from airflow_provider_kappa.faults import retry_transient
 from airflow_provider_kappa.spark.catalog import catalog_from_options, ensure_namespace, load_table
@@ -518,9 +519,7 @@ def create_target_table(catalog: Catalog, identifier: str, schema: StructType, t
 
 
 def _spark_arrow_schema(schema: StructType) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone="UTC")
+    return arrow_schema(schema)  # type: ignore[return-value]
 
 
 def _normalize(t: pa.DataType) -> pa.DataType:
