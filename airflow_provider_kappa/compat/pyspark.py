@@ -25,6 +25,8 @@ And the Python streaming source API, which differs between the supported release
   queries on the default trigger and stops them once drained (:mod:`airflow_provider_kappa.spark.resolve`);
   the reader keeps its own start offset (:mod:`airflow_provider_kappa.spark.source.reader`). Stand-ins
   of the missing names are defined here (pure Python, what 4.2 defines).
+- ``DataSourceStreamArrowWriter`` (a streaming writer fed Arrow record batches) is new in 4.1; 4.0 feeds
+  record batches to a streaming writer that is also a ``DataSourceArrowWriter`` (:func:`stream_arrow_writer`).
 - ``pyspark.sql.pandas.types.to_arrow_schema`` takes ``timezone=`` from 4.2 on, ``timestamp_utc=`` before
   (:func:`arrow_schema`).
 
@@ -158,3 +160,19 @@ def arrow_schema(schema: object) -> object:
     if "timezone" in inspect.signature(to_arrow_schema).parameters:
         return to_arrow_schema(schema, timezone="UTC")  # type: ignore[arg-type]
     return to_arrow_schema(schema, timestamp_utc=True)  # type: ignore[arg-type,call-arg]
+
+
+@functools.cache
+def stream_arrow_writer() -> type:
+    """The base class of a streaming writer whose ``write`` gets Arrow record batches: pyspark's
+    ``DataSourceStreamArrowWriter`` (4.1+); on 4.0 a ``DataSourceStreamWriter`` that is also a
+    ``DataSourceArrowWriter`` (4.0's ``write_into_data_source`` worker checks the latter for streams too)."""
+    from pyspark.sql import datasource
+
+    if hasattr(datasource, "DataSourceStreamArrowWriter"):
+        return datasource.DataSourceStreamArrowWriter  # type: ignore[no-any-return]
+
+    class DataSourceStreamArrowWriter(datasource.DataSourceStreamWriter, datasource.DataSourceArrowWriter):
+        """pyspark 4.0: a streaming writer fed Arrow record batches."""
+
+    return DataSourceStreamArrowWriter

@@ -109,3 +109,16 @@ def test_arrow_schema_gives_utc_timestamps_on_every_release() -> None:
     assert arrow_schema(schema) == pa.schema(
         [("id", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("n", pa.int64())]
     )
+
+
+def test_the_stream_arrow_writer_is_a_streaming_writer_pyspark_feeds_arrow() -> None:
+    from pyspark.sql import datasource
+
+    from airflow_provider_kappa.compat.pyspark import stream_arrow_writer
+
+    base = stream_arrow_writer()
+    assert issubclass(base, datasource.DataSourceStreamWriter)
+    if hasattr(datasource, "DataSourceStreamArrowWriter"):  # 4.1+
+        assert base is datasource.DataSourceStreamArrowWriter
+    else:  # 4.0: its write worker hands Arrow batches to a DataSourceArrowWriter
+        assert issubclass(base, datasource.DataSourceArrowWriter)
