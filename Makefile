@@ -48,8 +48,8 @@ $(STAMP): setup.cfg pyproject.toml jvm/fetch.sh jvm/spark-kafka/pom.xml jvm/kafk
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,demo]'
 	# pyspark-client (from the Spark provider) overwrites part of the pyspark package;
-	# reinstall pyspark last so every file is pyspark's own (same pinned release).
-	$(BIN)/pip install --quiet --no-deps --force-reinstall "$$(grep -E '^ *pyspark==' setup.cfg | tr -d ' ')"
+	# reinstall pyspark last, at pyspark-client's release, so every file is pyspark's own.
+	$(BIN)/pip install --quiet --no-deps --force-reinstall "pyspark==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("pyspark-client"))')"
 	@# JVM artifacts from Maven Central, once (Spark's Kafka connector, a Kafka broker, an Iceberg REST catalog): .cache/jvm
 	@# or $$KAPPA_JVM_DIR; nothing is downloaded while a job or a test runs
 	jvm/fetch.sh
