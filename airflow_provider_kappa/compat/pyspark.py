@@ -37,6 +37,7 @@ inside the functions: this module loads in Spark's Python workers and in the war
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
 
 #: pyspark's modules a Spark Connect server runs for a query's Python processes (see the module doc)
@@ -153,8 +154,6 @@ def arrow_schema(schema: object) -> object:
     """The Arrow schema of a Spark ``StructType``, timestamps in UTC (``timestamp[us, tz=UTC]``): pyspark's
     ``to_arrow_schema(schema, timezone="UTC")`` (4.2+), ``to_arrow_schema(schema, timestamp_utc=True)``
     before (4.0, 4.1)."""
-    import inspect
-
     from pyspark.sql.pandas.types import to_arrow_schema
 
     if "timezone" in inspect.signature(to_arrow_schema).parameters:
