@@ -90,7 +90,6 @@ def test_a_missing_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 2 and "nope.yaml' cannot be read" in err
 
 
-@pytest.mark.parametrize("engine", ["submit", "connect"])
 def record_compat_digest(name: str, rows: list[tuple[Any, ...]], out: str) -> None:
     """Under ``make test-compat`` (``$KAPPA_COMPAT_DIGEST_DIR``): this end's published rows of one fixed
     backfill, as a count and a SHA-256 of their canonical form, and each slice's micro-batch count. The
@@ -113,6 +112,7 @@ def record_compat_digest(name: str, rows: list[tuple[Any, ...]], out: str) -> No
     (Path(folder) / f"{name}.rows").write_text(canonical)
 
 
+@pytest.mark.parametrize("engine", ["submit", "connect"])
 def test_backfill_replaces_the_bad_window_end_to_end(
     tmp_path: Path,
     catalog_props: dict[str, str],
