@@ -48,8 +48,8 @@ $(STAMP): setup.cfg pyproject.toml airflow_provider_kappa/engine/jvm.py jvm/fetc
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,demo]'
 	# pyspark-client (from the Spark provider) overwrites part of the pyspark package;
-	# reinstall pyspark last so every file is pyspark's own (same pinned release).
-	$(BIN)/pip install --quiet --no-deps --force-reinstall "$$(grep -E '^ *pyspark==' setup.cfg | tr -d ' ')"
+	# reinstall pyspark last, at pyspark-client's release, so every file is pyspark's own.
+	$(BIN)/pip install --quiet --no-deps --force-reinstall "pyspark==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("pyspark-client"))')"
 	@# JVM packages from Maven Central, once: Spark's Kafka connector and a Kafka broker through Spark's own
 	@# spark.jars.packages into its Ivy cache (kappa jars); the tests' Iceberg REST catalog with Maven into
 	@# .cache/jvm or $$KAPPA_JVM_DIR (jvm/fetch.sh); nothing is downloaded while a job or a test runs

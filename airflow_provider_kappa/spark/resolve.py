@@ -5,12 +5,16 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import logging
+import threading
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+from airflow_provider_kappa.compat.pyspark import streaming_source_api
 from airflow_provider_kappa.exceptions import KappaConfigError
 from airflow_provider_kappa.spark.datasource import SHORT_NAME, KappaIcebergDataSource
 from airflow_provider_kappa.spark.ledger import sink_ledger
@@ -25,7 +29,10 @@ from airflow_provider_kappa.spark.settings import (
     SinkSettings,
     load_settings,
 )
+from airflow_provider_kappa.spark.source.options import AVAILABLE_NOW_OPTION
 from airflow_provider_kappa.timeparse import to_micros
+
+log = logging.getLogger(__name__)
 
 
 def settings_of(spark: SparkSession) -> RunSettings:
@@ -64,7 +71,43 @@ def iceberg_source_options(settings: RunSettings, src: IcebergSourceSettings) ->
     Credentials are never put in options: the reader gets the catalogs file's path
     (see :func:`catalog_options`), so they stay out of Spark query plans and logs.
     """
-    return {**src.to_options(), **catalog_options(settings, src.catalog)}
+    opts = {**src.to_options(), **catalog_options(settings, src.catalog)}
+    if drains_instead_of_available_now(settings):
+        opts[AVAILABLE_NOW_OPTION] = "true"  # the reader prepares for availableNow itself
+    return opts
+
+
+def drains_instead_of_available_now(settings: RunSettings) -> bool:
+    """Whether this run's ``availableNow`` queries run on the default trigger and are stopped once drained
+    (:func:`stop_when_drained`): where pyspark's Python sources have no availableNow (4.0, 4.1; Spark
+    would read all they hold as ONE micro-batch) and the run reads a ``kappa_iceberg`` source. Kafka-only
+    runs (``kappa land --available-now``) keep Spark's own availableNow, which Kafka's connector has."""
+    return (
+        settings.trigger == AVAILABLE_NOW
+        and not streaming_source_api().admission_control
+        and any(isinstance(s, IcebergSourceSettings) for s in settings.sources.values())
+    )
+
+
+def stop_when_drained(query: StreamingQuery) -> threading.Thread:
+    """Stop ``query`` once a trigger finds nothing to run: no source has new data and no no-data
+    micro-batch is due (``processAllAvailable`` returns then; Spark's availableNow ends the query at that
+    same point). A query that failed or was stopped meanwhile is left as it is (``awaitTermination``
+    reports it). Runs in a daemon thread of the driver (a Spark Connect client's, too)."""
+
+    def drain() -> None:
+        try:
+            query.processAllAvailable()
+        except Exception as e:  # the query failed: its own awaitTermination raises it to the job
+            log.debug("kappa: query %s ended before it drained: %s", query.name, e)
+            return
+        if query.isActive:
+            log.info("kappa: query %s read all its sources hold; stopping it (availableNow)", query.name)
+            query.stop()
+
+    thread = threading.Thread(target=drain, name=f"kappa-drain-{query.name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def kafka_source_options(src: KafkaSourceSettings) -> dict[str, str]:
@@ -159,10 +202,6 @@ def write_sink(df: DataFrame, name: str) -> StreamingQuery:
         .queryName(query_name)
         .option("checkpointLocation", f"{settings.checkpoint.rstrip('/')}/{name}")
     )
-    if settings.trigger == AVAILABLE_NOW:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{settings.trigger_interval.total_seconds():g} seconds")
     if settings.mode == LIVE and not is_connect(spark) and id(spark) not in _PROGRESS_PRINTED:
         _PROGRESS_PRINTED.add(id(spark))
         spark.streams.addListener(LiveProgress())
@@ -173,10 +212,32 @@ def write_sink(df: DataFrame, name: str) -> StreamingQuery:
             spark.streams.addListener(_LEDGER_STATS[id(spark)])
         checkpoint = f"{settings.checkpoint.rstrip('/')}/{name}"
         _LEDGER_STATS[id(spark)].watch(query_name, checkpoint, sink_ledger(settings.ledger, name))
-        query = writer.start()
+        query = _start(writer, settings)
         atexit.register(_LEDGER_STATS[id(spark)].flush, query)  # before pyspark's own exit hooks run
         return query
-    return writer.start()
+    return _start(writer, settings)
+
+
+def _start(writer: DataStreamWriter, settings: RunSettings) -> StreamingQuery:
+    """Start the sink's query on the run's trigger."""
+    if settings.trigger == AVAILABLE_NOW:
+        return start_available_now(writer, drain=drains_instead_of_available_now(settings))
+    return writer.trigger(processingTime=f"{settings.trigger_interval.total_seconds():g} seconds").start()
+
+
+def start_available_now(writer: DataStreamWriter, *, drain: bool | None = None) -> StreamingQuery:
+    """Start ``writer``'s query to read what its sources hold now, in their own micro-batches, then end:
+    on ``Trigger.AvailableNow``, or, with ``drain`` (default: pyspark's Python sources have no
+    availableNow, 4.0 and 4.1), on the default trigger, stopped once drained (:func:`stop_when_drained`).
+    The micro-batches are the same: the ``kappa_iceberg`` reader advances one batch per trigger, and
+    the no-data micro-batch a watermark asks for runs before a trigger finds nothing to do."""
+    if drain is None:
+        drain = not streaming_source_api().admission_control
+    if not drain:
+        return writer.trigger(availableNow=True).start()
+    query = writer.trigger(processingTime="0 seconds").start()
+    stop_when_drained(query)
+    return query
 
 
 #: the sessions whose live queries print their progress (one listener per session)

@@ -51,10 +51,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from airflow_provider_kappa.compat.pyiceberg import write_data_files
+from airflow_provider_kappa.compat.pyspark import arrow_schema, stream_arrow_writer
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSupersededError
 from airflow_provider_kappa.faults import retry_transient
 from airflow_provider_kappa.spark.catalog import catalog_from_options, ensure_namespace, load_table
@@ -178,7 +179,7 @@ class SinkOptions:
         )
 
 
-class KappaIcebergStreamWriter(DataSourceStreamArrowWriter):
+class KappaIcebergStreamWriter(stream_arrow_writer()):  # type: ignore[misc]
     """Idempotent micro-batch appends of a streaming query's output to an Iceberg table.
 
     Built on the driver (when the query starts, and again for every commit); pickled to
@@ -518,9 +519,7 @@ def create_target_table(catalog: Catalog, identifier: str, schema: StructType, t
 
 
 def _spark_arrow_schema(schema: StructType) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone="UTC")
+    return arrow_schema(schema)  # type: ignore[return-value]
 
 
 def _normalize(t: pa.DataType) -> pa.DataType:

@@ -148,12 +148,17 @@ def build_wheel(source: Path) -> Path:
     return wheel
 
 
-def pyspark_pin() -> str:
-    """setup.cfg's ``pyspark==X`` requirement (the Makefile reinstalls it the same way)."""
+def pyspark_requirement() -> str:
+    """setup.cfg's ``pyspark`` requirement (a range: each end installs one release of it)."""
     for line in (ROOT / "setup.cfg").read_text().splitlines():
-        if line.strip().startswith("pyspark=="):
+        if line.strip().startswith("pyspark") and not line.strip().startswith("pyspark-client"):
             return line.strip().replace(" ", "")
-    raise SystemExit("test-compat: setup.cfg pins no pyspark==X")
+    raise SystemExit("test-compat: setup.cfg declares no pyspark requirement")
+
+
+def installed_version(python: Path, dist: str) -> str:
+    code = f"import importlib.metadata as m; print(m.version({dist!r}))"
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def install(end: End, wheel: Path, fresh: bool) -> Path:
@@ -164,7 +169,7 @@ def install(end: End, wheel: Path, fresh: bool) -> Path:
         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
         "constraints": end.constraints.read_text() if end.constraints else None,
         "python": str(python),
-        "pyspark": pyspark_pin(),
+        "pyspark": pyspark_requirement(),
     }
     stamp_file = venv / "kappa-compat.json"
     if not fresh and stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
@@ -180,8 +185,10 @@ def install(end: End, wheel: Path, fresh: bool) -> Path:
     # every module of Airflow and its dependencies
     run([*pip, "install", "--quiet", "--no-compile", *constraints, f"{wheel}[test,demo]"])
     # pyspark-client (from the Spark provider) overwrites part of the pyspark package; reinstall
-    # pyspark last so that every file is pyspark's own (the same release)
-    run([*pip, "install", "--quiet", "--no-compile", "--no-deps", "--force-reinstall", stamp["pyspark"]])
+    # pyspark last, at pyspark-client's release (PyPI may hold a newer pyspark patch than pyspark-client,
+    # e.g. 4.2.1 beside 4.2.0), so that every file is pyspark's own and both are one release
+    client = installed_version(venv / "bin" / "python", "pyspark-client")
+    run([*pip, "install", "--quiet", "--no-compile", "--no-deps", "--force-reinstall", f"pyspark=={client}"])
     # the install step warms Spark's Ivy cache with this end's packages (its Spark's Kafka connector, the
     # broker): the tests then resolve them from the cache and download nothing
     run([str(venv / "bin" / "kappa"), "jars"], env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
@@ -219,8 +226,46 @@ def test_env(python: Path) -> dict[str, str]:
         SPARK_LOCAL_IP="127.0.0.1",
         KAPPA_JVM_DIR=str(jvm),
         KAPPA_TEST_INSTALLED_IN=site,
+        KAPPA_COMPAT_DIGEST_DIR=str(digest_dir(venv.name)),
     )
     return env
+
+
+def digest_dir(end_name: str) -> Path:
+    """Where an end's tests write the digests of their fixed backfills (tests/integration/test_cli.py)."""
+    return CACHE / "digests" / end_name
+
+
+def compare_digests(ends: list[End]) -> list[str]:
+    """The differences between the ends' digests of the same backfills (empty: identical staged rows
+    and micro-batch counts on the lowest and the newest Spark), each naming the backfill, the ends and
+    what differs (for rows, the first differing row of each end)."""
+    if len(ends) < 2:
+        return []
+    first, *others = ends
+    base = digest_dir(first.name)
+    names = sorted(p.stem for p in base.glob("*.json"))
+    problems = [] if names else [f"{first.name} wrote no digest in {base}"]
+    for end in others:
+        folder = digest_dir(end.name)
+        for name in sorted(set(names) | {p.stem for p in folder.glob("*.json")}):
+            a, b = base / f"{name}.json", folder / f"{name}.json"
+            if not (a.is_file() and b.is_file()):
+                problems.append(f"{name}: only {first.name if a.is_file() else end.name} wrote its digest")
+                continue
+            da, db = json.loads(a.read_text()), json.loads(b.read_text())
+            for key in ("rows", "sha256", "micro_batches"):
+                if da[key] != db[key]:
+                    problems.append(f"{name}: {key} {first.name} {da[key]!r} != {end.name} {db[key]!r}")
+            if da["sha256"] != db["sha256"]:
+                ra = (base / f"{name}.rows").read_text().splitlines()
+                rb = (folder / f"{name}.rows").read_text().splitlines()
+                only_a, only_b = sorted(set(ra) - set(rb)), sorted(set(rb) - set(ra))
+                problems.append(
+                    f"{name}: {len(only_a)} row(s) only on {first.name} (first {only_a[:1]}), "
+                    f"{len(only_b)} only on {end.name} (first {only_b[:1]})"
+                )
+    return problems
 
 
 def test_end(end: End, python: Path, tree: Path, pytest_args: list[str]) -> bool:
@@ -260,11 +305,17 @@ def main(argv: list[str] | None = None) -> int:
         log(f"built {wheel.name} in {time.monotonic() - started:.0f} s")
         # every end installs at once (downloads and unpacking overlap the first end's tests); the tests
         # run one end after the other (Spark takes both cores)
+        for end in ends:
+            shutil.rmtree(digest_dir(end.name), ignore_errors=True)
         with ThreadPoolExecutor(max_workers=len(ends)) as pool:
             installs = [pool.submit(install, end, wheel, args.fresh) for end in ends]
             for end, python in zip(ends, installs):
                 if not test_end(end, python.result(), trees[end.name], pytest_args):
                     failed.append(end.name)
+    if not failed:
+        for problem in compare_digests(ends):
+            log(f"the ends differ: {problem}")
+            failed.append(f"digests ({problem})")
     log(f"failed: {', '.join(failed)}" if failed else f"passed: {', '.join(e.name for e in ends)}")
     return 1 if failed else 0
 

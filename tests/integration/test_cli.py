@@ -3,6 +3,7 @@ nothing written, and a real end-to-end backfill (local Spark) replacing a seeded
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,28 @@ def test_a_missing_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 2 and "nope.yaml' cannot be read" in err
 
 
+def record_compat_digest(name: str, rows: list[tuple[Any, ...]], out: str) -> None:
+    """Under ``make test-compat`` (``$KAPPA_COMPAT_DIGEST_DIR``): this end's published rows of one fixed
+    backfill, as a count and a SHA-256 of their canonical form, and each slice's micro-batch count. The
+    runner (tests/compat/run.py) compares both ends' files: the lowest and the newest Spark must agree."""
+    import hashlib
+    import os
+    import re
+
+    folder = os.environ.get("KAPPA_COMPAT_DIGEST_DIR")
+    if not folder:
+        return
+    canonical = "\n".join(repr(r) for r in rows)
+    digest = {
+        "rows": len(rows),
+        "sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+        "micro_batches": dict(re.findall(r"(s\d{4}) rows read \d+, micro-batches (\d+)", out)),
+    }
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / f"{name}.json").write_text(json.dumps(digest, indent=1, sort_keys=True))
+    (Path(folder) / f"{name}.rows").write_text(canonical)
+
+
 @pytest.mark.parametrize("engine", ["submit", "connect"])
 def test_backfill_replaces_the_bad_window_end_to_end(
     tmp_path: Path,
@@ -112,6 +135,7 @@ def test_backfill_replaces_the_bad_window_end_to_end(
     target = catalog.load_table("prod.playback_sessions")
     assert sorted_rows(target) == sorted_rows(pa.Table.from_pylist(expected, schema=sessions_arrow()))
     assert "s0000 rows read" in out and "s0001 rows read" in out and "micro-batches" in out
+    record_compat_digest(f"backfill-{engine}", sorted_rows(target), out)
     assert "match rate" in out and "slices run 2/2" in out and "published snapshot" in out
     published = target.current_snapshot().snapshot_id
     # the same command again with --resume: nothing reruns, nothing changes but one more identical publish

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import pickle
 from collections import Counter
@@ -15,6 +16,8 @@ from lake import T0, append_events, create_events_table, event
 
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSourceError
 from airflow_provider_kappa.spark.datasource import KappaIcebergDataSource
+from airflow_provider_kappa.spark.resolve import start_available_now
+from airflow_provider_kappa.spark.source.offsets import API
 from airflow_provider_kappa.spark.source.partitions import FilePartition
 from airflow_provider_kappa.spark.source.reader import KappaIcebergStreamReader
 from airflow_provider_kappa.spark.source.tables import table_spark_schema
@@ -66,9 +69,19 @@ class Run:
         out = {}
         for p in self.progress:
             src = p.sources[source]
-            start = json.loads(src.startOffset)["pos"] if src.startOffset not in (None, "null") else None
-            out[p.batchId] = (start, json.loads(src.endOffset)["pos"])
+            out[p.batchId] = (position(src.startOffset), position(src.endOffset))
         return out
+
+
+def position(offset: str | None) -> Any:
+    """``pos`` of a progress report's offset: JSON text (pyspark 4.2), the ``str()`` of the parsed JSON
+    (pyspark 4.0 and 4.1: ``"{'pos': ...}"``, ``"None"``); ``None`` for no offset."""
+    if offset in (None, "null", "None"):
+        return None
+    try:
+        return json.loads(offset)["pos"]  # type: ignore[arg-type]
+    except json.JSONDecodeError:
+        return ast.literal_eval(offset)["pos"]  # type: ignore[arg-type]
 
 
 def run_query(df: Any, checkpoint: Path, on_batch: Callable[[int], None] | None = None, run: Run | None = None) -> Run:
@@ -82,12 +95,9 @@ def run_query(df: Any, checkpoint: Path, on_batch: Callable[[int], None] | None 
         rows = batch.select("event_id", (F.unix_micros("ingestion_ts")).alias("us")).collect()
         run.batches[batch_id] = [(r.event_id, r.us) for r in rows]  # a replayed batch replaces itself
 
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
+    # availableNow, or where pyspark's Python sources lack it (4.0, 4.1) kappa's stand-in: the default
+    # trigger, stopped once drained (what write_sink does)
+    query = start_available_now(df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)))
     try:
         assert query.awaitTermination(120), "availableNow query did not terminate"
     finally:
@@ -283,14 +293,12 @@ def test_partitions_are_picklable_and_carry_no_catalog_secrets(catalog: Any, cat
 
 
 def test_offset_from_another_mode_is_refused(catalog: Any, catalog_props: dict[str, str]) -> None:
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
-
     table = create_events_table(catalog, "raw.events")
     add(table, "a", [1])
     opts = reader_options(catalog_props, "raw.events", read_start_micros=T0_US, read_end_micros=T0_US + HOUR)
     reader = KappaIcebergStreamReader(table_spark_schema(opts), opts)
     with pytest.raises(KappaSourceError, match=r"offset \{'snapshot_id': 7.*use a fresh checkpoint"):
-        reader.latestOffset({"snapshot_id": 7, "sequence_number": 1}, ReadAllAvailable())
+        reader.latestOffset({"snapshot_id": 7, "sequence_number": 1}, API.ReadAllAvailable())
 
 
 def test_missing_table_fails_at_load(sp: Any, catalog: Any, catalog_props: dict[str, str]) -> None:

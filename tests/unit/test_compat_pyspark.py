@@ -58,3 +58,67 @@ def test_shipped_files_are_found_only_where_sparkfiles_knows_their_folder(
     stream.seek(0)
     setup_spark_files(stream)  # what every Python worker runs first
     assert spark_files_root() == str(tmp_path)
+
+
+def test_the_streaming_source_api_is_the_installed_pyspark_s_own_or_kappa_s_stand_ins() -> None:
+    """pyspark 4.2+ has read limits and availableNow for Python sources: kappa uses its classes (Spark
+    checks them with isinstance); 4.0 and 4.1 have neither: kappa's stand-ins, and the drained default
+    trigger instead of availableNow. A release that drops or renames them fails here, naming them."""
+    import pyspark
+
+    from airflow_provider_kappa.compat import pyspark as adapter
+
+    api = adapter.streaming_source_api()
+    version = adapter.pyspark_version()
+    assert version[:2] == tuple(int(x) for x in pyspark.__version__.split(".")[:2])
+    names = ("ReadLimit", "ReadAllAvailable", "ReadMaxRows", "ReadMaxFiles", "ReadMaxBytes")
+    if version >= (4, 2, 0):
+        try:
+            from pyspark.sql.streaming import datasource
+        except ImportError as e:
+            pytest.fail(changed("pyspark", "pyspark.sql.streaming.datasource", f"is gone ({e})", "pyspark"))
+        require_attributes(
+            "pyspark",
+            datasource,
+            "pyspark.sql.streaming.datasource",
+            (*names, "SupportsTriggerAvailableNow"),
+            "pyspark",
+        )
+        assert api.admission_control
+        assert api.SupportsTriggerAvailableNow is datasource.SupportsTriggerAvailableNow
+        assert all(getattr(api, n) is getattr(datasource, n) for n in names)
+    else:
+        assert not api.admission_control
+        assert all(getattr(api, n) is getattr(adapter, n) for n in names)
+    # the kinds of limit kappa reads (offsets.caps) keep their fields on every release
+    assert api.ReadMaxFiles(3).max_files == 3
+    assert api.ReadMaxRows(4).max_rows == 4
+    assert api.ReadMaxBytes(5).max_bytes == 5
+    assert isinstance(api.ReadAllAvailable(), api.ReadLimit)
+
+
+def test_arrow_schema_gives_utc_timestamps_on_every_release() -> None:
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    from airflow_provider_kappa.compat.pyspark import arrow_schema
+
+    schema = StructType(
+        [StructField("id", StringType()), StructField("ts", TimestampType()), StructField("n", LongType())]
+    )
+    assert arrow_schema(schema) == pa.schema(
+        [("id", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("n", pa.int64())]
+    )
+
+
+def test_the_stream_arrow_writer_is_a_streaming_writer_pyspark_feeds_arrow() -> None:
+    from pyspark.sql import datasource
+
+    from airflow_provider_kappa.compat.pyspark import stream_arrow_writer
+
+    base = stream_arrow_writer()
+    assert issubclass(base, datasource.DataSourceStreamWriter)
+    if hasattr(datasource, "DataSourceStreamArrowWriter"):  # 4.1+
+        assert base is datasource.DataSourceStreamArrowWriter
+    else:  # 4.0: its write worker hands Arrow batches to a DataSourceArrowWriter
+        assert issubclass(base, datasource.DataSourceArrowWriter)

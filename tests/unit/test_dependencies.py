@@ -5,10 +5,14 @@ versions declared (classifiers, python_requires, mypy, the Makefile) are the ran
 from __future__ import annotations
 
 import configparser
+import hashlib
 import importlib.util
+import json
 import re
 import sys
+from pathlib import Path
 
+import pytest
 from paths import PACKAGE, REPO
 
 #: distribution -> the module it provides to the package (pyspark-client installs ``pyspark`` too)
@@ -88,3 +92,33 @@ def test_the_low_end_pins_the_lowest_versions_setup_cfg_declares() -> None:
     assert {name for name, _ in pins} >= {"apache-airflow", "pyiceberg"}
     for name, version in pins:
         assert re.search(rf">={re.escape(version)}(,|$)", declared[name]), (name, version, declared[name])
+
+
+def test_test_compat_fails_naming_the_backfill_and_the_rows_where_the_ends_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """make test-compat compares the digests each end's fixed backfills wrote: equal ends pass; a
+    differing row or micro-batch count fails, naming the backfill, both ends and the rows."""
+    spec = importlib.util.spec_from_file_location("compat_run", REPO / "tests" / "compat" / "run.py")
+    assert spec is not None and spec.loader is not None
+    run = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = run  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(run)
+    monkeypatch.setattr(run, "CACHE", tmp_path)
+    low, high = run.ENDS["low"], run.ENDS["high"]
+
+    def write(end: object, rows: list[str], batches: dict[str, str]) -> None:
+        folder = run.digest_dir(end.name)  # type: ignore[attr-defined]
+        folder.mkdir(parents=True, exist_ok=True)
+        canonical = "\n".join(rows)
+        digest = {"rows": len(rows), "sha256": hashlib.sha256(canonical.encode()).hexdigest(), "micro_batches": batches}
+        (folder / "backfill-submit.json").write_text(json.dumps(digest))
+        (folder / "backfill-submit.rows").write_text(canonical)
+
+    write(low, ["('a', 1)", "('b', 2)"], {"s0000": "3"})
+    write(high, ["('a', 1)", "('b', 2)"], {"s0000": "3"})
+    assert run.compare_digests([low, high]) == []
+    write(high, ["('a', 1)", "('b', 3)"], {"s0000": "4"})
+    problems = run.compare_digests([low, high])
+    assert any("backfill-submit: micro_batches" in p and "py3.10" in p and "py3.13" in p for p in problems)
+    assert any("1 row(s) only on py3.10 (first [\"('b', 2)\"])" in p for p in problems), problems

@@ -13,9 +13,8 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from airflow_provider_kappa.exceptions import KappaConfigError
@@ -36,6 +35,9 @@ from airflow_provider_kappa.spark.source.partitions import (
 from airflow_provider_kappa.spark.source.schema import check_job_schema, schema_to_spark
 from airflow_provider_kappa.spark.source.snapshots import ingestion_field, resolve_snapshot, snapshot_schema
 from airflow_provider_kappa.spark.source.tables import load_source_table
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.datasource import ReadLimit
 
 log = logging.getLogger(__name__)
 

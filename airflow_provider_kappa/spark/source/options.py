@@ -55,6 +55,9 @@ SPEC_OPTIONS = (
     "ledger",
 )
 LIMIT_OPTIONS = ("max_files_per_batch", "max_rows_per_batch", "max_bytes_per_batch")
+#: reader option ``available_now=true``: prepare for availableNow on the first ``latestOffset()``; set by
+#: ``read_source`` where pyspark has no availableNow for Python sources (4.0, 4.1; reader.py)
+AVAILABLE_NOW_OPTION = "available_now"
 TUNING_OPTIONS = (*LIMIT_OPTIONS, "min_partitions", "split_bytes", "starting", "tail_non_append")
 #: options that locate the catalog; ``read_source`` adds them (never credentials themselves)
 CATALOG_OPTIONS = ("catalog_properties", "catalogs_file")
@@ -202,7 +205,7 @@ class IcebergReadSpec:
         ledger = opts.get("ledger", "").strip() or None
         if ledger is not None and mode != BOUNDED:
             raise KappaConfigError(f"kappa_iceberg: option ledger={ledger!r} is for mode 'bounded', not {mode!r}")
-        known = {*SPEC_OPTIONS, *TUNING_OPTIONS, *CATALOG_OPTIONS}
+        known = {*SPEC_OPTIONS, *TUNING_OPTIONS, *CATALOG_OPTIONS, AVAILABLE_NOW_OPTION}
         return IcebergReadSpec(
             catalog=_required(opts, "catalog"),
             table=_required(opts, "table"),

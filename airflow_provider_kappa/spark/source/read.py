@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlparse
 
 from pyspark.sql.types import StructType
 
+from airflow_provider_kappa.compat.pyspark import arrow_schema
 from airflow_provider_kappa.spark.conf_keys import KAFKA_COLUMNS
 from airflow_provider_kappa.spark.source.file_index import FileSpan
 from airflow_provider_kappa.spark.source.manifests import range_filter
@@ -55,9 +56,8 @@ def read_partition(partition: FilePartition, spark_schema: StructType) -> Iterat
     :param spark_schema: the stream's schema.
     """
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    target = to_arrow_schema(spark_schema, timezone="UTC")
+    target: pa.Schema = arrow_schema(spark_schema)  # type: ignore[assignment]
     for span in partition.files:
         table = None
         if partition.context.field_ids and not span.deletes and span.file_format == "PARQUET":

@@ -20,12 +20,22 @@ Two modes (option ``mode``):
 
 The modes' driver-side state is in :mod:`.bounded` and :mod:`.tail`; executors read with :mod:`.read`.
 
-How the code is hosted (PySpark 4.2): Spark runs the reader's offset methods (``initialOffset``,
+How the code is hosted (PySpark 4.0 to 4.2): Spark runs the reader's offset methods (``initialOffset``,
 ``latestOffset``, ``partitions``, ``commit``...) in ONE long-lived Python process on the driver
 per source and query, so its files (manifests read once) are kept on the reader object there.
 The reader is also constructed and pickled for planning and for executors, where only
 :meth:`KappaIcebergStreamReader.read` runs: it uses nothing but the pickled partition
 (file paths, range, projected schema, FileIO properties). The driver-side state is never pickled.
+
+Releases without read limits (pyspark 4.0, 4.1: :func:`~airflow_provider_kappa.compat.pyspark.streaming_source_api`)
+call ``latestOffset()`` with no start and no limit, once per trigger. The reader then keeps the start
+itself: the offset it last answered (each answer past the query's offset starts exactly one
+micro-batch), else the end of the last ``partitions(start, end)`` Spark asked for (on a restart Spark
+calls ``partitions(latest, latest)`` with the checkpoint's latest offset first:
+``AcceptsLatestSeenOffset``), else the initial offset. Its limit is :func:`~.offsets.default_limit`,
+what 4.2 passes. So every release cuts the same micro-batches. Under option ``available_now=true``
+(``spark/resolve.py`` sets it where ``Trigger.AvailableNow`` is replaced) it prepares for availableNow
+itself before its first answer.
 """
 
 from __future__ import annotations
@@ -34,13 +44,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.spark.source.bounded import BoundedState
-from airflow_provider_kappa.spark.source.offsets import default_limit
-from airflow_provider_kappa.spark.source.options import BOUNDED, IcebergReadSpec
+from airflow_provider_kappa.spark.source.offsets import API, default_limit
+from airflow_provider_kappa.spark.source.options import AVAILABLE_NOW_OPTION, BOUNDED, IcebergReadSpec
 from airflow_provider_kappa.spark.source.partitions import FilePartition
 from airflow_provider_kappa.spark.source.read import read_partition
 from airflow_provider_kappa.spark.source.replay import ReplayState
@@ -48,9 +57,10 @@ from airflow_provider_kappa.spark.source.tail import TailState
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql.streaming.datasource import ReadLimit
 
 
-class KappaIcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class KappaIcebergStreamReader(DataSourceStreamReader, API.SupportsTriggerAvailableNow):  # type: ignore[misc]
     """The ``kappa_iceberg`` stream reader (see the module docstring for the two modes).
 
     :param schema: the stream's schema (the table's, or a projection given by the job).
@@ -62,6 +72,10 @@ class KappaIcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self.options = {str(k): str(v) for k, v in options.items()}
         self.opts = IcebergReadSpec.from_options(self.options)
         self._state: BoundedState | ReplayState | TailState | None = None
+        # releases without read limits: the query's position, and whether availableNow was prepared
+        self._position: dict[str, Any] | None = None
+        self._initial: dict[str, Any] | None = None
+        self._prepared = self.options.get(AVAILABLE_NOW_OPTION, "false").lower() != "true"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -79,13 +93,26 @@ class KappaIcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         return self._state
 
     def initialOffset(self) -> dict[str, Any]:
-        return self._driver().initial_offset()
+        if self._initial is None:  # once: a tail read starting at "latest" answers the same each time
+            self._initial = self._driver().initial_offset()
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return default_limit(self.opts)
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        return self._driver().latest_offset(start, limit)
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, Any]:
+        """The end of the next micro-batch from ``start`` under ``limit`` (``start`` itself: nothing
+        to read). Without arguments (pyspark 4.0, 4.1), from the query's position under the default
+        limit (see the module docstring)."""
+        if start is not None and limit is not None:
+            return self._driver().latest_offset(start, limit)
+        if not self._prepared:
+            self._prepared = True
+            self.prepareForTriggerAvailableNow()
+        if self._position is None:
+            self._position = self.initialOffset()
+        self._position = self._driver().latest_offset(self._position, self.getDefaultReadLimit())
+        return self._position
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._driver().report_latest()
@@ -94,6 +121,7 @@ class KappaIcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._driver().prepare_available_now()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._position = end  # the query's position (it planned this batch, or restarts from ``end``)
         return self._driver().partitions(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -33,7 +33,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from airflow_provider_kappa.exceptions import KappaSourceError
@@ -50,6 +49,7 @@ from airflow_provider_kappa.spark.source.tables import load_source_table
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+    from pyspark.sql.streaming.datasource import ReadLimit
 
 log = logging.getLogger(__name__)
 

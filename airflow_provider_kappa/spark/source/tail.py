@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from airflow_provider_kappa.exceptions import KappaSourceError
@@ -22,6 +21,9 @@ from airflow_provider_kappa.spark.source.partitions import FilePartition, make_p
 from airflow_provider_kappa.spark.source.schema import check_job_schema, schema_to_spark
 from airflow_provider_kappa.spark.source.snapshots import SnapshotRef, ingestion_field, snapshot_schema, snapshots_after
 from airflow_provider_kappa.spark.source.tables import load_source_table
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.datasource import ReadLimit
 
 log = logging.getLogger(__name__)
 
