@@ -189,9 +189,10 @@ def install(end: End, wheel: Path, fresh: bool) -> Path:
     # e.g. 4.2.1 beside 4.2.0), so that every file is pyspark's own and both are one release
     client = installed_version(venv / "bin" / "python", "pyspark-client")
     run([*pip, "install", "--quiet", "--no-compile", "--no-deps", "--force-reinstall", f"pyspark=={client}"])
-    # the install step warms Spark's Ivy cache with this end's packages (its Spark's Kafka connector, the
-    # broker): the tests then resolve them from the cache and download nothing
-    run([str(venv / "bin" / "kappa"), "jars"], env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    # No `kappa jars` here: the tests an end runs read no Kafka, so they need no JVM package. On this
+    # machine the low end could not warm its Kafka connector anyway: the Maven registry it reaches
+    # serves no org.apache.spark:spark-token-provider-kafka-0-10_2.13 for 4.0.1-4.0.4 (404), which
+    # spark-sql-kafka 4.0.4 depends on.
     stamp_file.write_text(json.dumps(stamp, indent=1))
     log(f"{end.name}: installed in {time.monotonic() - started:.0f} s")
     return venv / "bin" / "python"
