@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_kappa.compat.airflow import AirflowFailException
 from airflow_provider_kappa.engine.connect_server import ensure_server, redact_url, stop_owned
-from airflow_provider_kappa.engine.shared_server import remove_sessions
+from airflow_provider_kappa.engine.shared_server import read_sessions, remove_sessions
 from airflow_provider_kappa.operators import KappaBackfillBaseOperator, fail_fast
 
 if TYPE_CHECKING:
@@ -53,9 +53,15 @@ class KappaConnectServerOperator(KappaBackfillBaseOperator):
         bf = self.load_backfill(context)
         state_file = bf.connect_state_file()
         if self.action == STOP:
+            recycled = read_sessions(state_file)["recycled"]
             stop_owned(state_file)
             remove_sessions(state_file)
-            self.log.info("backfill %s: local Spark Connect server stopped (state file %s)", bf.id, state_file)
+            self.log.info(
+                "backfill %s: local Spark Connect server stopped (state file %s); the slice tasks recycled it %d time(s)",
+                bf.id,
+                state_file,
+                recycled,
+            )
             return None
         with fail_fast(f"{self.task_id}: Spark Connect server"):
             state = ensure_server(bf.cfg, state_file)

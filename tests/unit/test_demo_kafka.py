@@ -44,6 +44,10 @@ def test_a_broker_that_does_not_start_falls_back_in_one_line_keeping_the_whole_m
     )
     java.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    # the packages count as resolved (this test's subject is the start after them), whatever this
+    # machine's Ivy cache holds for the installed Spark release
+    monkeypatch.setattr("airflow_provider_kappa.demo.lake.kafka_unavailable", lambda: None)
+    monkeypatch.setattr("airflow_provider_kappa.demo.kafka_broker.broker_classpath", lambda: str(tmp_path / "x.jar"))
     broker, said = start_broker(DemoOptions(workdir=tmp_path / "demo"), tmp_path / "demo")
     kept = tmp_path / "demo" / "kafka" / "start-error.log"
     assert (
