@@ -141,15 +141,6 @@ def streaming_source_api() -> StreamingSourceAPI:
     )
 
 
-def pyspark_version() -> tuple[int, int, int]:
-    """The installed pyspark's ``(major, minor, patch)`` (``pyspark.__version__``; a suffix such as
-    ``.dev0`` ignored)."""
-    import pyspark
-
-    parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in pyspark.__version__.split(".")[:3]]
-    return (parts + [0, 0, 0])[0], (parts + [0, 0, 0])[1], (parts + [0, 0, 0])[2]
-
-
 def arrow_schema(schema: object) -> object:
     """The Arrow schema of a Spark ``StructType``, timestamps in UTC (``timestamp[us, tz=UTC]``): pyspark's
     ``to_arrow_schema(schema, timezone="UTC")`` (4.2+), ``to_arrow_schema(schema, timestamp_utc=True)``

@@ -69,7 +69,7 @@ def test_the_streaming_source_api_is_the_installed_pyspark_s_own_or_kappa_s_stan
     from airflow_provider_kappa.compat import pyspark as adapter
 
     api = adapter.streaming_source_api()
-    version = adapter.pyspark_version()
+    version = _pyspark_version()
     assert version[:2] == tuple(int(x) for x in pyspark.__version__.split(".")[:2])
     names = ("ReadLimit", "ReadAllAvailable", "ReadMaxRows", "ReadMaxFiles", "ReadMaxBytes")
     if version >= (4, 2, 0):
@@ -122,3 +122,11 @@ def test_the_stream_arrow_writer_is_a_streaming_writer_pyspark_feeds_arrow() -> 
         assert base is datasource.DataSourceStreamArrowWriter
     else:  # 4.0: its write worker hands Arrow batches to a DataSourceArrowWriter
         assert issubclass(base, datasource.DataSourceArrowWriter)
+
+
+def _pyspark_version() -> tuple[int, int, int]:
+    """The installed pyspark's ``(major, minor, patch)`` (a suffix such as ``.dev0`` ignored)."""
+    import pyspark
+
+    parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in pyspark.__version__.split(".")[:3]]
+    return (parts[0], (parts + [0])[1], (parts + [0, 0])[2])
