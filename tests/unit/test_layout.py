@@ -80,18 +80,23 @@ def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     return {m for m in out if m in known and m != module}
 
 
-GRAPH = {m: imports_of(m, p, modules()) for m, p in modules().items()}
+@cache
+def graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports; built on first use, not at collection (every
+    pytest-xdist worker collects this file, only one runs a given test)."""
+    known = modules()
+    return {m: imports_of(m, p, known) for m, p in known.items()}
 
 
 def test_the_rooms_exist() -> None:
-    assert {room(m) for m in GRAPH} == set(RANKS), sorted({room(m) for m in GRAPH})
+    assert {room(m) for m in graph()} == set(RANKS), sorted({room(m) for m in graph()})
 
 
-@pytest.mark.parametrize("module", sorted(GRAPH))
+@pytest.mark.parametrize("module", sorted(modules()))
 def test_imports_point_down(module: str) -> None:
     upward = sorted(
         dep
-        for dep in GRAPH[module]
+        for dep in graph()[module]
         if RANKS[room(dep)] > RANKS[room(module)]
         or (
             room(dep) != room(module) and RANKS[room(dep)] == RANKS[room(module)] and not _allowed_sideways(module, dep)
@@ -116,7 +121,7 @@ def test_no_import_cycle() -> None:
     def visit(v: str) -> None:  # Tarjan's strongly connected components
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in GRAPH[v]:
+        for w in graph()[v]:
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -132,7 +137,7 @@ def test_no_import_cycle() -> None:
             if len(component) > 1:
                 cycles.append(sorted(component))
 
-    for v in sorted(GRAPH):
+    for v in sorted(graph()):
         if v not in index:
             visit(v)
     assert cycles == []
@@ -269,5 +274,5 @@ def test_the_live_verbs_never_reach_the_backfill(verb: str) -> None:
         module = todo.pop()
         if module not in seen:
             seen.add(module)
-            todo.extend(GRAPH[module])
+            todo.extend(graph()[module])
     assert not sorted(m for m in seen if room(m) in ("backfill", "report", "operators", "dag"))
