@@ -17,7 +17,7 @@ removed after the run. Return values (XCom) hold ids, times, counts and table na
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +41,15 @@ class Backfill:
     :param params: validated parameters.
     :param id: the deterministic backfill id.
     :param catalog_for: opens a catalog of the job by name.
+    :param plans: the plans made so far, by their snapshot ids (the pre-flight's plan handed on to
+        the plan step: :func:`~airflow_provider_kappa.backfill.plan.plan`).
     """
 
     cfg: JobConfig
     params: BackfillParams
     id: str
     catalog_for: CatalogFor
+    plans: dict[tuple[tuple[str, int], ...], Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
     def create(cls, cfg: JobConfig, raw_params: Mapping[str, Any], catalog_for: CatalogFor | None = None) -> Backfill:

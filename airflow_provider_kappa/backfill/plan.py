@@ -451,7 +451,16 @@ def plan(bf: Backfill, snapshot_ids: Mapping[str, int], *, pin: bool = False) ->
     :param snapshot_ids: from :func:`~airflow_provider_kappa.backfill.snapshot.snapshot`.
     :param pin: pin the ledger choice in the backfill's folder (the backfill's plan step; ``kappa
         plan`` writes nothing).
+
+    A plan made without ``pin`` (the ledger replay's pre-flight,
+    :func:`~airflow_provider_kappa.backfill.landed_counts.check_replay_landed`) is kept on ``bf``: a
+    plan at the same snapshots takes it instead of planning again (and of reading the ledger again:
+    the slices replay the batches the pre-flight checked).
     """
+    key = tuple(sorted(snapshot_ids.items()))
+    earlier = bf.plans.get(key)
+    if earlier is not None and (not pin or _pin_earlier(bf, earlier)):
+        return earlier
     sources = {name: src.name for name, src in bf.sources().items()}
     missing = sorted(set(sources.values()) - set(snapshot_ids))
     if missing:
@@ -466,7 +475,24 @@ def plan(bf: Backfill, snapshot_ids: Mapping[str, int], *, pin: bool = False) ->
         slices = [replace(s, ledger_batches=book.count(lo, hi)) for s, (lo, hi) in zip(slices, ms)]
         _mark_continued(bf.params, slices)
     warnings = planned.warnings + tuple(null_ingestion_warnings(bf, snapshot_ids))
-    return replace(planned, slices=tuple(slices), warnings=warnings, exactness=exactness)
+    made = replace(planned, slices=tuple(slices), warnings=warnings, exactness=exactness)
+    if not pin:
+        bf.plans[key] = made  # the pre-flight's plan: the plan step at the same snapshots takes it
+    return made
+
+
+def _pin_earlier(bf: Backfill, earlier: BackfillPlan) -> bool:
+    """Pin the ledger choice of a plan made without pinning (the pre-flight's, at the snapshots the
+    plan step pins) and record its exactness, as :func:`plan` with ``pin`` would; ``False`` (nothing
+    recorded) when an earlier run pinned another choice: the plan step then plans anew."""
+    if earlier.exactness is None:
+        return False
+    start_ms = to_micros(bf.params.read_start) // 1000
+    chosen = bf.store().pin("ledger", {"ledger": earlier.exactness.ledger, "from_ms": start_ms})["ledger"]
+    if chosen != earlier.exactness.ledger:
+        return False
+    bf.store().record_exactness(earlier.exactness.to_dict())
+    return True
 
 
 def null_ingestion_warnings(bf: Backfill, snapshot_ids: Mapping[str, int]) -> list[str]:

@@ -137,3 +137,26 @@ def test_a_replay_whose_landing_lags_is_refused_before_any_lock_naming_batch_and
     land(source, range(6, 8))
     with pytest.raises(KappaSourceError, match=r"batch 3 \(query q.*live read 2 record\(s\), 4 landed"):
         check_landed_counts(bf, pin(bf, tag=False), sink_ledger(bf.cfg.job.ledger, "summary"))
+
+
+def test_the_plan_step_takes_the_pre_flights_plan_at_the_snapshots_it_checked(config: Path, catalog: Any) -> None:
+    from airflow_provider_kappa.backfill.plan import plan
+
+    table = catalog.load_table("raw.playbacks")
+    land(table, range(EVENTS))
+    bf = backfill(config)
+    pinned = snapshot(bf)  # the pre-flight plans once (no pin) at the current snapshots, then the tag pins them
+    (checked,) = bf.plans.values()
+    assert bf.store().pinned("ledger") is None and bf.store().exactness() is None
+    made = plan(bf, pinned, pin=True)
+    assert made is checked and sum(s.ledger_batches or 0 for s in made.slices) == 6  # the batches checked
+    assert made.exactness is not None and made.exactness.exact
+    assert bf.store().pinned("ledger") == {
+        "ledger": made.exactness.ledger,
+        "from_ms": to_micros(bf.params.read_start) // 1000,
+    }
+    assert bf.store().exactness() == made.exactness.to_dict()
+    # other snapshots (a landing committed between the pre-flight and the tag): planned anew
+    land(table, range(0))
+    other = plan(bf, {"playbacks": int(catalog.load_table("raw.playbacks").current_snapshot().snapshot_id)}, pin=True)
+    assert other is not checked and other.exactness == made.exactness
