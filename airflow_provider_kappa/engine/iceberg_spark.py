@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from airflow_provider_kappa.engine.jvm import spark_version
+from airflow_provider_kappa.engine.jvm import resolve_cached, spark_version
 from airflow_provider_kappa.exceptions import KappaConfigError
-from airflow_provider_kappa.job.config import CONNECT, JobConfig
+from airflow_provider_kappa.job.config import CONNECT, SUBMIT, JobConfig
 
 CATALOG_PREFIX = "spark.sql.catalog."
 #: ``spark.sql.catalog.<name>`` values that are Iceberg's Spark catalogs (SparkCatalog, SparkSessionCatalog).
@@ -136,7 +136,32 @@ def job_spark_conf(cfg: JobConfig) -> dict[str, str]:
     """
     if cfg.job.engine == CONNECT and cfg.job.connect is not None:
         return dict(cfg.job.spark_conf)
-    return iceberg_spark_conf(cfg.job.spark_conf)
+    conf = iceberg_spark_conf(cfg.job.spark_conf)
+    if cfg.job.engine == SUBMIT and cfg.job.master.startswith("local") and cfg.job.deploy_mode != "cluster":
+        return as_local_jars(cfg.job.spark_conf, conf)
+    return conf
+
+
+def as_local_jars(given: Mapping[str, str], conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` with the packages it has beyond ``given`` (what :func:`iceberg_spark_conf` added) resolved now
+    (from Spark's Ivy cache; remembered) and put on ``spark.jars`` instead of ``spark.jars.packages``.
+
+    For a local spark-submit of a Python application: spark-submit also puts every jar of
+    ``spark.jars.packages`` on the Python workers' path (its ``pyFiles``), and each worker then reads the
+    48 MB runtime's zip index when it starts; Spark 4.0 gives a streaming source's worker 10 seconds to
+    connect back, which a loaded machine then misses. Jars on ``spark.jars`` stay off that path.
+    """
+    added = [p for p in conf.get(PACKAGES, "").split(",") if p and p not in given.get(PACKAGES, "").split(",")]
+    if not added:
+        return dict(conf)
+    out = dict(conf)
+    if given.get(PACKAGES):
+        out[PACKAGES] = given[PACKAGES]
+    else:
+        out.pop(PACKAGES)
+    jars = [str(j) for j in resolve_cached(added, (), conf)]
+    out[JARS] = ",".join([j for j in given.get(JARS, "").split(",") if j] + jars)
+    return out
 
 
 def warm_packages(version: str) -> list[str]:
