@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from airflow_provider_kappa.backfill.exactness import check_ledger
 from airflow_provider_kappa.backfill.plan import plan_backfill, slice_count, spans_loader
 from airflow_provider_kappa.engine.connect_server import configured_url, port_open, redact_url
+from airflow_provider_kappa.engine.iceberg_spark import job_spark_conf
 from airflow_provider_kappa.engine.submit_args import check_kubernetes_provider
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaSinkError, KappaSourceError
 from airflow_provider_kappa.job.catalogs import CatalogFor
@@ -69,6 +70,8 @@ def check_inputs(
         ``spark_conn_id``, a Kubernetes ``job.master`` without Airflow's Kubernetes provider; an
         application that does not compile; a window that does not cover whole units of a sink's
         ``time_column``; for engine ``connect``, a ``job.connect`` server that does not answer;
+        an Iceberg catalog in ``job.spark_conf`` on a Spark Iceberg has no Spark runtime for
+        (:func:`~airflow_provider_kappa.engine.iceberg_spark.job_spark_conf`);
         ``ledger: true`` without a live ledger (:func:`~airflow_provider_kappa.backfill.exactness.check_ledger`).
     :raises KappaSourceError: also a window outside the sources' data (:func:`check_window_data`).
     """
@@ -79,6 +82,7 @@ def check_inputs(
         if bf.cfg.job.engine == SUBMIT and spark_conn_id is None:  # a connection's master: checked when a slice submits
             check_kubernetes_provider(bf.cfg.job.master, f"job.master {bf.cfg.job.master!r}")
         check_connect_server(bf.cfg)
+        job_spark_conf(bf.cfg)  # an Iceberg catalog of job.spark_conf on a Spark Iceberg has no build for
     window = (bf.params.start, bf.params.end) if runs else None
     check_tables(bf.cfg, bf.params.sources, bf.catalog_for, sinks=runs, window=window)
     if runs:

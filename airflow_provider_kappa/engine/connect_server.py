@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from airflow_provider_kappa.engine.iceberg_spark import iceberg_spark_conf
 from airflow_provider_kappa.engine.processes import child_options
 from airflow_provider_kappa.engine.processes import start_ticks as _start_ticks
 from airflow_provider_kappa.engine.submit import spark_env, write_properties_file
@@ -235,7 +236,8 @@ class LocalConnectServer:
     ) -> None:
         self.die_with_parent = die_with_parent
         self.master = master or (cfg.job.master if cfg else "local[*]")
-        self.conf = split_conf(cfg.job.spark_conf)[1] if cfg else dict(conf or {})
+        # kappa's own server: with Iceberg's Spark runtime where the job declares an Iceberg catalog
+        self.conf = split_conf(iceberg_spark_conf(cfg.job.spark_conf))[1] if cfg else dict(conf or {})
         self.name = f"kappa-connect-{cfg.job.name}" if cfg else "kappa-connect"
         self.work = Path(work)
         self._state_file = state_file or self.work / "server.json"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from airflow_provider_kappa.engine.iceberg_spark import job_spark_conf
 from airflow_provider_kappa.engine.submit_args import CATALOGS_SHIP, SUBMIT_PREFIX
 from airflow_provider_kappa.job.catalogs import job_catalog_properties
 from airflow_provider_kappa.job.checkpoints import live_checkpoint
@@ -83,7 +84,7 @@ def common_conf(cfg: JobConfig, mode: str, checkpoint: str, catalogs_file: str |
     :param checkpoint: the run's checkpoint folder.
     :param catalogs_file: the run's 0600 catalogs file.
     """
-    conf = dict(cfg.job.spark_conf)
+    conf = job_spark_conf(cfg)  # with Iceberg's Spark runtime where the job declares an Iceberg catalog
     conf.update(
         {
             PREFIX + "mode": mode,
