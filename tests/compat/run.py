@@ -8,7 +8,9 @@
    Makefile does (pyspark-client overwrites part of the ``pyspark`` package). A venv whose stamp names the
    same wheel hash, constraints and interpreter is reused as it is. Both ends install at once.
 3. Runs :data:`TESTS` with the end's Python from a copy of the checkout without the package (so only the
-   installed wheel can be imported: ``tests/conftest.py`` checks it under ``KAPPA_TEST_INSTALLED_IN``).
+   installed wheel can be imported: ``tests/conftest.py`` checks it under ``KAPPA_TEST_INSTALLED_IN``),
+   both ends at once (each end's tests one after the other: Spark 4.0's Python workers must connect
+   back within a fixed 10 s, which a busier machine misses).
 
 Usage: ``python tests/compat/run.py [--end low|high]... [--fresh] [pytest args...]``. Exit non-zero when
 an end fails to install or its tests fail. Standard library only: runs under any supported Python.
@@ -25,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -64,6 +67,9 @@ TESTS = [
     "tests/integration/test_iceberg_spark_catalog.py::"
     "test_a_job_joining_an_iceberg_dimension_through_sparkcatalog_backfills_exactly_or_is_refused[submit]",
 ]
+
+#: one end's output line at a time
+_PRINT = threading.Lock()
 
 #: distributions whose installed versions each end prints
 SHOWN = (
@@ -299,7 +305,13 @@ def test_end(end: End, python: Path, tree: Path, pytest_args: list[str]) -> bool
     log(f"{end.name}: {versions(python)}; {PACKAGE} from {where}")
     started = time.monotonic()
     argv = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", *TESTS, *pytest_args]
-    code = subprocess.run(argv, cwd=tree, env=env).returncode
+    # both ends run at once: each line of an end's output goes out whole, prefixed with the end's name
+    proc = subprocess.Popen(argv, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        with _PRINT:
+            print(f"[{end.name}] {line}", end="", flush=True)
+    code = proc.wait()
     log(f"{end.name}: tests {'passed' if code == 0 else f'FAILED (exit {code})'} in {time.monotonic() - started:.0f} s")
     return code == 0
 
@@ -318,15 +330,17 @@ def main(argv: list[str] | None = None) -> int:
         source, trees = snapshot(work, ends)
         wheel = build_wheel(source)
         log(f"built {wheel.name} in {time.monotonic() - started:.0f} s")
-        # every end installs at once (downloads and unpacking overlap the first end's tests); the tests
-        # run one end after the other (Spark takes both cores)
+        # every end installs and runs its tests at once: the tests wait on JVM starts, spark-submits and
+        # Airflow more than they compute, so the two ends overlap well even on two cores
         for end in ends:
             shutil.rmtree(digest_dir(end.name), ignore_errors=True)
+
+        def install_and_test(end: End) -> bool:
+            return test_end(end, install(end, wheel, args.fresh), trees[end.name], pytest_args)
+
         with ThreadPoolExecutor(max_workers=len(ends)) as pool:
-            installs = [pool.submit(install, end, wheel, args.fresh) for end in ends]
-            for end, python in zip(ends, installs):
-                if not test_end(end, python.result(), trees[end.name], pytest_args):
-                    failed.append(end.name)
+            results = list(zip(ends, pool.map(install_and_test, ends)))
+        failed += [end.name for end, passed in results if not passed]
     if not failed:
         for problem in compare_digests(ends):
             log(f"the ends differ: {problem}")

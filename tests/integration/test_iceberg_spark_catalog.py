@@ -25,6 +25,10 @@ from paths import EXAMPLES
 from airflow_provider_kappa.cli import main
 from airflow_provider_kappa.engine.iceberg_spark import BUILDS, spark_minor
 
+# on a Spark with an Iceberg build, Iceberg's 48 MB runtime joins every spark-submit: on a loaded 2-core machine the
+# exact branch took 15 min (the refusal, on 4.2, seconds)
+pytestmark = pytest.mark.timeout(1800)
+
 WINDOW = ["--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()]
 OPTIONS = ["--slice", "2h", "--warmup", "30min", "--tail", "45min", "--min-match", "50"]
 INACTIVE = 2  # the account the dimension table marks inactive: the job drops its plays

@@ -18,10 +18,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from servers.kafka import create_topic, produce, write_kafka_job_config
 from test_kafka_live import JOB, SCHEMA, Live, caught_up, committed, offset_logged, rows_of, staged, wait_for
 
 from airflow_provider_kappa.cli import main
+
+# two `kappa run`s, a landing and a backfill: 24 min on a 2-core machine at load 17-23, over the suite's 900 s
+pytestmark = pytest.mark.timeout(1800)
 
 #: records per live micro-batch at most: the backlog is caught up in a few large batches
 PER_BATCH = 24
