@@ -10,12 +10,9 @@ STAMP  := $(VENV)/.installed
 demo: $(STAMP)
 	$(BIN)/kappa demo
 
-# the whole suite on two pytest-xdist workers, each test module on one worker (its module fixtures, an
-# Airflow deployment or a Spark cluster, start once): the tests wait on JVMs, spark-submits and Airflow
-# more than they compute, so two workers overlap well on two cores
 test: $(STAMP) chromium lint
 	@# pytest exits 5 when it collected no test: that is a failure here.
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
+	$(BIN)/python -m pytest --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
 
 # the fast tier (tests/unit: no Spark, no Airflow DB, no server) on every core (pytest-xdist)
 test-fast: $(STAMP)

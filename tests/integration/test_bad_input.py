@@ -193,6 +193,12 @@ CASES: list[tuple[str, Edit | None, Callable[[Any], None] | None, list[str], str
 @pytest.fixture()
 def no_spark_submit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if a slice ever reaches spark-submit (bad input must be refused before)."""
+    # these bind `submit` by name when first imported: imported first under the patch (the first import in
+    # the process, as in a pytest-xdist worker that runs this module before test_land.py), they would keep
+    # the stand-in for the rest of the session and fail every later landing or live run
+    import airflow_provider_kappa.cli.land  # noqa: F401
+    import airflow_provider_kappa.cli.run  # noqa: F401
+    import airflow_provider_kappa.demo.live_reference  # noqa: F401
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError(f"spark-submit was reached with bad input: {args[:1]}")
