@@ -2,9 +2,9 @@
 Ivy cache, once, with Spark's own resolution (``spark.jars.packages``; see
 :mod:`airflow_provider_kappa.engine.jvm`): Spark's Kafka connector for the installed pyspark, the
 Kafka broker of ``kappa demo``, and where Iceberg has a build for the installed Spark (4.0, 4.1), Iceberg's
-Spark runtime with the sqlite JDBC driver (:mod:`airflow_provider_kappa.engine.iceberg_spark`). Later runs find them there and need no network. ``make install`` runs
-it; a pip user runs it once (e.g. in an image build) where Maven Central, or the repositories given,
-can be reached.
+Spark runtime with the sqlite JDBC driver (:mod:`airflow_provider_kappa.engine.iceberg_spark`). Later runs
+find them there and need no network. ``make install`` runs it; a pip user runs it once (e.g. in an image
+build) where Maven Central, or the repositories given, can be reached.
 
 Prints one line per package set: its jars and where they are. Exits 0 when every set resolved, 2 when
 one did not (the error names the package and Ivy's first errors).
