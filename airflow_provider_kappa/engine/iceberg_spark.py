@@ -120,6 +120,8 @@ def iceberg_spark_conf(
     :raises KappaConfigError: an Iceberg catalog on a Spark Iceberg has no build for.
     """
     out = dict(conf)
+    if not iceberg_catalogs(conf):  # most jobs: no Iceberg Spark catalog, no need to ask the installed Spark
+        return out
     extra = needed_packages(conf, version or spark_version(), where)
     if extra:
         existing = [p.strip() for p in out.get(PACKAGES, "").split(",") if p.strip()]
