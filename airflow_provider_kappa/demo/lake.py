@@ -8,7 +8,8 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -84,21 +85,51 @@ def land_events(
     jobs: tuple[str, ...],
     catalog: Any,
     say: Callable[[str], None],
-) -> tuple[dict[str, Topic], LakeSummary]:
-    """The lake landed: through ``broker`` (:func:`produce_and_land`), or without one (saying
-    ``why``) straight into ``catalog``; topic -> :class:`~airflow_provider_kappa.demo.kafka_lake.Topic`
-    (none without a broker), and the lake's summary."""
+) -> tuple[dict[str, Topic], Landing]:
+    """The lake landing: through ``broker`` (:func:`produce_and_start_landing`: ``kappa land`` runs in a
+    thread, beside the live runs), or without one (saying ``why``) straight into ``catalog``, done on
+    return; topic -> :class:`~airflow_provider_kappa.demo.kafka_lake.Topic` (none without a broker), and
+    the :class:`Landing`."""
     if broker is None:
         say(f"      live path: iceberg tail, no Kafka broker ({why})")
-        return {}, generate_lake(catalog, spec)
-    return produce_and_land(broker, spec, jobs, catalog, say)
+        return {}, Landing({}, generate_lake(catalog, spec))
+    return produce_and_start_landing(broker, spec, jobs, say)
 
 
-def produce_and_land(
-    broker: KafkaBroker, spec: LakeSpec, jobs: tuple[str, ...], catalog: Any, say: Callable[[str], None]
-) -> tuple[dict[str, Topic], LakeSummary]:
-    """Produce the lake's events into the jobs' topics and land them with ``kappa land``;
-    topic -> :class:`~airflow_provider_kappa.demo.kafka_lake.Topic`, and the lake's summary."""
+@dataclass
+class Landing:
+    """The lake's landing: done (``runs`` None), or ``kappa land`` of the produced topics running in a
+    thread (:func:`produce_and_start_landing`), its future giving the landing runs and when they ended."""
+
+    topics: dict[str, Topic]
+    produced: LakeSummary
+    began: float = 0.0
+    runs: Future[tuple[int, float]] | None = None
+
+    def wait(self) -> None:
+        """Wait until the landing has ended, failed or not (its failure is raised by :meth:`landed`)."""
+        if self.runs is not None:
+            wait([self.runs])
+
+    def landed(self, catalog: Any) -> tuple[LakeSummary, float]:
+        """Wait for the landing; the lake's summary (its snapshots counted in ``catalog``), and the
+        ``time.monotonic()`` at which it ended.
+
+        :raises KappaEngineError: a landing failed.
+        """
+        if self.runs is None:
+            return self.produced, time.monotonic()
+        runs, ended = self.runs.result()
+        snapshots = sum(len(catalog.load_table(t.table).snapshots()) for t in self.topics.values())
+        return replace(self.produced, landings=runs, snapshots=snapshots, seconds=ended - self.began), ended
+
+
+def produce_and_start_landing(
+    broker: KafkaBroker, spec: LakeSpec, jobs: tuple[str, ...], say: Callable[[str], None]
+) -> tuple[dict[str, Topic], Landing]:
+    """Produce the lake's events into the jobs' topics and start landing them with ``kappa land`` in
+    a thread, as a landing runs beside the live jobs in production; topic ->
+    :class:`~airflow_provider_kappa.demo.kafka_lake.Topic`, and the running :class:`Landing`."""
     began = time.monotonic()
     os.environ[KAFKA_ENV] = broker.bootstrap_servers
     configs = [(EXAMPLES / job / "kappa.yaml", load_config(EXAMPLES / job / "kappa.yaml")) for job in jobs]
@@ -106,11 +137,16 @@ def produce_and_land(
     say(
         f"      live path: Kafka, broker {broker.bootstrap_servers} (pid {broker.pid}, started in {broker.seconds:.0f}s); "
         f"{sum(len(t.acks) for t in topics.values()):,} events produced into {sorted(topics)} in {lake.seconds:.0f}s; "
-        f"landing them with kappa land (log {broker.work / 'land.log'})"
+        f"landing them with kappa land beside the live runs (log {broker.work / 'land.log'})"
     )
-    runs = land_lake(configs, broker.work / "land.log")
-    snapshots = sum(len(catalog.load_table(t.table).snapshots()) for t in topics.values())
-    return topics, replace(lake, landings=runs, snapshots=snapshots, seconds=time.monotonic() - began)
+
+    def land() -> tuple[int, float]:
+        return land_lake(configs, broker.work / "land.log"), time.monotonic()
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kappa-land")
+    runs = pool.submit(land)
+    pool.shutdown(wait=False)  # the landing goes on; Landing.landed waits for it
+    return topics, Landing(topics, lake, began, runs)
 
 
 def say_lake(lake: LakeSummary, kafka: bool, say: Callable[[str], None]) -> None:

@@ -3,7 +3,8 @@ runs its stages in order).
 
 1. Generate the events (impressions, playbacks). With a Kafka broker (its jars fetched at
    install), produce them into Kafka topics (record timestamp = the generated ingestion time)
-   and land the topics into a local sqlite-backed Iceberg catalog with ``kappa land``; without
+   and land the topics into a local sqlite-backed Iceberg catalog with ``kappa land``, while the
+   jobs run live from the same topics (stage 2); without
    one (one line says why), land them straight into the catalog (:mod:`.lake`; the Airflow
    home and metadata DB meanwhile: :mod:`.airflow_home`).
 2. Run each example job live (the production output, and the reference): from Kafka, the
@@ -118,8 +119,9 @@ def lake_and_live(
     say: Callable[[str], None],
 ) -> LakeAndLive:
     """Stages 1-3: the lake landed (through a Kafka broker when one starts) while ``migrate``
-    creates the Airflow DB, the incident window chosen, and every job run live. The broker
-    stops once the live runs are done (or failed).
+    creates the Airflow DB, the incident window chosen, and every job run live. With a broker,
+    ``kappa land`` lands the topics while the jobs run live from them (as in production); without
+    one, the jobs tail the lake once it has landed. The broker stops once both are done (or failed).
 
     :param stages: stage name -> seconds, completed with the lake's and the live runs'.
     :param began: ``time.monotonic()`` at the demo's start.
@@ -128,26 +130,36 @@ def lake_and_live(
     catalog = local_catalog(lake_dir)
     broker = None
     try:
-        try:
-            broker, why = start_broker(opts, workdir)
-            topics, lake = land_events(broker, why, spec, opts.jobs, catalog, say)
-        finally:
-            wait_airflow_db(migrate)
-        stages["lake + Airflow DB"] = time.monotonic() - began
-        say_lake(lake, broker is not None, say)
-
+        broker, why = start_broker(opts, workdir)
+        topics, landing = land_events(broker, why, spec, opts.jobs, catalog, say)
+        if broker is None:  # live tails the lake: it runs once the lake has landed
+            lake, landed = landing.landed(catalog)
+            say_lake(lake, False, say)
         # the incident: from a warmup's length after the lake's start to a tail's length before its
         # end (the warmup and tail reads around the window then have data, as in production)
         window_start, window_end = incident_window(spec.start, spec.end - extra)
         mark = time.monotonic()
         limits = micro_batch_limits(topics, spec) if broker else None
-        refs = live_references(opts.jobs, lake_dir, opts.concurrency, limits)
-        if broker:
-            check_ledgers(opts.jobs)  # placed by their record times, not live's wall clock
+        try:
+            refs = live_references(opts.jobs, lake_dir, opts.concurrency, limits)
+            if broker:
+                check_ledgers(opts.jobs)  # placed by their record times, not live's wall clock
+        except BaseException:
+            landing.wait()  # it reads the broker stopped below: let it end first (its log keeps its output)
+            raise
+        live_seconds = time.monotonic() - mark
+        if broker is not None:  # kappa land ran beside the live runs, from the same topics
+            lake, landed = landing.landed(catalog)
+            say_lake(lake, True, say)
     finally:
-        if broker is not None:
-            broker.stop()
-    stages[f"live references (jobs at once: {min(opts.concurrency, len(opts.jobs))})"] = time.monotonic() - mark
+        try:
+            wait_airflow_db(migrate)
+        finally:
+            if broker is not None:
+                broker.stop()
+    stages["lake (the Airflow DB created meanwhile)"] = landed - began
+    beside = ", beside the landing" if broker is not None else ""
+    stages[f"live references (jobs at once: {min(opts.concurrency, len(opts.jobs))}{beside})"] = live_seconds
     return LakeAndLive(lake, broker is not None, why, limits, refs, window_start, window_end)
 
 
