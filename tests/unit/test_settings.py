@@ -204,6 +204,12 @@ def test_an_iceberg_read_is_written_and_read_back_the_same_through_conf_and_opti
     assert conf["spark.kappa.source.events.option.max_files_per_batch"] == "3"
     back = IcebergReadSpec.from_conf("events", conf)
     assert back == replace(spec, align_with=(spec.aligned(),))
+    assert IcebergReadSpec.from_options(back.to_options()) == back  # the reader sees the read settings parsed
+    # the conf is parsed straight into the spec, with the options' cross checks
+    with pytest.raises(KappaConfigError, match=r"set at most one of .* \(got \['max_files_per_batch', 'max_rows_per"):
+        IcebergReadSpec.from_conf("events", {**conf, "spark.kappa.source.events.option.max_rows_per_batch": "9"})
+    with pytest.raises(KappaConfigError, match=r"read_end_micros=.* must be greater than read_start_micros"):
+        IcebergReadSpec.from_conf("events", {**conf, "spark.kappa.read.end": conf["spark.kappa.read.start"]})
     assert json.loads(back.to_options()["align_with"]) == [
         {
             "catalog": "lake",

@@ -1,7 +1,8 @@
 """One ``kappa_iceberg`` read, described once: :class:`IcebergReadSpec`.
 
 The launcher writes it into the ``spark.kappa.*`` conf (:meth:`IcebergReadSpec.to_conf`),
-:mod:`~airflow_provider_kappa.spark.settings` reads it back (:meth:`IcebergReadSpec.from_conf`),
+:mod:`~airflow_provider_kappa.spark.settings` reads it back (:meth:`IcebergReadSpec.from_conf`, straight
+into the spec, once),
 ``read_source`` turns it into reader options (:meth:`IcebergReadSpec.to_options`) and the reader
 parses and validates them (:meth:`IcebergReadSpec.from_options`). Field, conf key and option::
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -61,6 +62,8 @@ AVAILABLE_NOW_OPTION = "available_now"
 TUNING_OPTIONS = (*LIMIT_OPTIONS, "min_partitions", "split_bytes", "starting", "tail_non_append")
 #: options that locate the catalog; ``read_source`` adds them (never credentials themselves)
 CATALOG_OPTIONS = ("catalog_properties", "catalogs_file")
+#: every option with a meaning here; the rest are kept in :attr:`IcebergReadSpec.options`, passed as they are
+KNOWN_OPTIONS = frozenset({*SPEC_OPTIONS, *TUNING_OPTIONS, *CATALOG_OPTIONS, AVAILABLE_NOW_OPTION})
 
 
 @dataclass(frozen=True)
@@ -180,53 +183,51 @@ class IcebergReadSpec:
         :raises KappaConfigError: naming the option, the bad value and what is expected.
         """
         opts = {str(k): str(v) for k, v in options.items()}
-        mode = _choice(opts, "mode", (BOUNDED, TAIL), BOUNDED)
         max_misalignment_threshold = opts.get("max_misalignment_threshold", "").strip()
         max_misalignment_threshold_micros = None
         if max_misalignment_threshold:
             max_misalignment_threshold_micros = duration_micros(
                 parse_duration(max_misalignment_threshold, "kappa_iceberg option max_misalignment_threshold")
             )
-        start = _integer(opts, "read_start_micros")
-        end = _integer(opts, "read_end_micros")
-        if start is not None and end is not None and end <= start:
-            raise KappaConfigError(
-                f"kappa_iceberg: read_end_micros={end} must be greater than read_start_micros={start}"
-            )
-        limits = {k: _integer(opts, k, 1) for k in LIMIT_OPTIONS}
-        if sum(v is not None for v in limits.values()) > 1:
-            raise KappaConfigError(
-                "kappa_iceberg: set at most one of max_files_per_batch, max_rows_per_batch, max_bytes_per_batch "
-                f"(got {sorted(k for k, v in limits.items() if v is not None)})"
-            )
-        plan_file = opts.get("plan_file", "").strip() or None
-        if plan_file is not None and mode != BOUNDED:
-            raise KappaConfigError(f"kappa_iceberg: option plan_file={plan_file!r} is for mode 'bounded', not {mode!r}")
-        ledger = opts.get("ledger", "").strip() or None
-        if ledger is not None and mode != BOUNDED:
-            raise KappaConfigError(f"kappa_iceberg: option ledger={ledger!r} is for mode 'bounded', not {mode!r}")
-        known = {*SPEC_OPTIONS, *TUNING_OPTIONS, *CATALOG_OPTIONS, AVAILABLE_NOW_OPTION}
         return IcebergReadSpec(
             catalog=_required(opts, "catalog"),
             table=_required(opts, "table"),
             ingestion_column=_required(opts, "ingestion_column"),
-            mode=mode,
+            mode=_choice(opts, "mode", (BOUNDED, TAIL), BOUNDED),
             snapshot_id=_integer(opts, "snapshot_id"),
-            read_start_micros=start,
-            read_end_micros=end,
+            read_start_micros=_integer(opts, "read_start_micros"),
+            read_end_micros=_integer(opts, "read_end_micros"),
             max_misalignment_threshold_micros=max_misalignment_threshold_micros,
             align_with=_parse_align_with(opts.get("align_with", "")),
-            plan_file=plan_file,
-            ledger=ledger,
-            max_files_per_batch=limits["max_files_per_batch"],
-            max_rows_per_batch=limits["max_rows_per_batch"],
-            max_bytes_per_batch=limits["max_bytes_per_batch"],
-            min_partitions=_integer(opts, "min_partitions", 1) or DEFAULT_MIN_PARTITIONS,
-            split_bytes=_integer(opts, "split_bytes", 1) or DEFAULT_SPLIT_BYTES,
-            starting=_choice(opts, "starting", ("earliest", "latest"), "earliest"),
-            tail_non_append=_choice(opts, "tail_non_append", ("fail", "skip"), "fail"),
-            options={k: v for k, v in opts.items() if k not in known},
-        )
+            plan_file=opts.get("plan_file", "").strip() or None,
+            ledger=opts.get("ledger", "").strip() or None,
+            **_tuning_fields(opts),
+            options={k: v for k, v in opts.items() if k not in KNOWN_OPTIONS},
+        )._checked()
+
+    def _checked(self) -> IcebergReadSpec:
+        """This read, once its fields agree with each other (whether they came from options or the conf).
+
+        :raises KappaConfigError: naming the options that disagree.
+        """
+        start, end = self.read_start_micros, self.read_end_micros
+        if start is not None and end is not None and end <= start:
+            raise KappaConfigError(
+                f"kappa_iceberg: read_end_micros={end} must be greater than read_start_micros={start}"
+            )
+        limits = [k for k in LIMIT_OPTIONS if getattr(self, k) is not None]
+        if len(limits) > 1:
+            raise KappaConfigError(
+                "kappa_iceberg: set at most one of max_files_per_batch, max_rows_per_batch, max_bytes_per_batch "
+                f"(got {sorted(limits)})"
+            )
+        for key in ("plan_file", "ledger"):
+            value = getattr(self, key)
+            if value is not None and self.mode != BOUNDED:
+                raise KappaConfigError(
+                    f"kappa_iceberg: option {key}={value!r} is for mode 'bounded', not {self.mode!r}"
+                )
+        return self
 
     # ------------------------------------------------------------------------- spark.kappa.* conf
 
@@ -256,7 +257,8 @@ class IcebergReadSpec:
     @staticmethod
     def from_conf(name: str, conf: Mapping[str, str]) -> IcebergReadSpec:
         """The read of iceberg source ``name`` under a run's ``spark.kappa.*`` conf: its own keys,
-        the run's mode, read range and threshold, every iceberg source of the run as ``align_with``.
+        the run's mode, read range and threshold, every iceberg source of the run as ``align_with``;
+        parsed once, straight into the spec.
 
         :param name: the source's name (``spark.kappa.source.<name>.*``).
         :param conf: the Spark conf (full keys).
@@ -266,37 +268,36 @@ class IcebergReadSpec:
         table = _aligned_of_conf(name, own)
         options = {k[len("option.") :]: v for k, v in own.items() if k.startswith("option.")}
         options = {k: v for k, v in options.items() if k not in SPEC_OPTIONS}
-        bounded = conf.get(PREFIX + "mode") == BACKFILL
-        options.update(
-            catalog=table.catalog,
-            table=table.table,
-            ingestion_column=table.ingestion_column,
-            mode=BOUNDED if bounded else TAIL,
+        extra = {k: v for k, v in options.items() if k not in KNOWN_OPTIONS}
+        spec = IcebergReadSpec(
+            table.catalog, table.table, table.ingestion_column, mode=TAIL, **_tuning_fields(options), options=extra
         )
-        if bounded:
-            if table.snapshot_id is not None:
-                options["snapshot_id"] = str(table.snapshot_id)
-            if table.plan_file is not None:
-                options["plan_file"] = table.plan_file
-            for key, opt in (("read.start", "read_start_micros"), ("read.end", "read_end_micros")):
-                if conf.get(PREFIX + key):
-                    options[opt] = str(to_micros(parse_timestamp(conf[PREFIX + key], PREFIX + key)))
-            max_misalignment_threshold = conf.get(PREFIX + "max_misalignment_threshold")
-            if max_misalignment_threshold:
-                options["max_misalignment_threshold"] = format_duration(
-                    parse_duration(max_misalignment_threshold, PREFIX + "max_misalignment_threshold")
-                )
-            ledger = conf.get(PREFIX + "ledger")
-            if ledger:
-                options["ledger"] = ledger_folder(ledger, conf)
-            names = sorted(
-                {k[len(PREFIX + "source.") :].partition(".")[0] for k in conf if k.startswith(PREFIX + "source.")}
+        if conf.get(PREFIX + "mode") != BACKFILL:
+            return spec._checked()
+        run: dict[str, Any] = {}
+        for key, field_name in (("read.start", "read_start_micros"), ("read.end", "read_end_micros")):
+            if conf.get(PREFIX + key):
+                run[field_name] = to_micros(parse_timestamp(conf[PREFIX + key], PREFIX + key))
+        threshold = conf.get(PREFIX + "max_misalignment_threshold")
+        if threshold:
+            run["max_misalignment_threshold_micros"] = duration_micros(
+                parse_duration(threshold, PREFIX + "max_misalignment_threshold")
             )
-            aligned = [
+        ledger = conf.get(PREFIX + "ledger")
+        names = sorted(
+            {k[len(PREFIX + "source.") :].partition(".")[0] for k in conf if k.startswith(PREFIX + "source.")}
+        )
+        return replace(
+            spec,
+            mode=BOUNDED,
+            snapshot_id=table.snapshot_id,
+            plan_file=table.plan_file,
+            ledger=ledger_folder(ledger, conf) if ledger else None,
+            align_with=tuple(
                 _aligned_of_conf(n, keys) for n in names if (keys := _source_keys(conf, n)).get("type") == "iceberg"
-            ]
-            options["align_with"] = json.dumps([a.to_item() for a in aligned])
-        return IcebergReadSpec.from_options(options)
+            ),
+            **run,
+        )._checked()
 
 
 def duration_micros(value: timedelta) -> int:
@@ -319,6 +320,17 @@ def ledger_folder(root: str, conf: Mapping[str, str]) -> str:
             "replaying the live ledger needs a job with exactly one sink"
         )
     return sink_ledger(root, sinks[0])
+
+
+def _tuning_fields(opts: Mapping[str, str]) -> dict[str, Any]:
+    """The typed :data:`TUNING_OPTIONS` fields of reader options (or of a source's ``option.*`` keys)."""
+    return {
+        **{k: _integer(opts, k, 1) for k in LIMIT_OPTIONS},
+        "min_partitions": _integer(opts, "min_partitions", 1) or DEFAULT_MIN_PARTITIONS,
+        "split_bytes": _integer(opts, "split_bytes", 1) or DEFAULT_SPLIT_BYTES,
+        "starting": _choice(opts, "starting", ("earliest", "latest"), "earliest"),
+        "tail_non_append": _choice(opts, "tail_non_append", ("fail", "skip"), "fail"),
+    }
 
 
 def _source_keys(conf: Mapping[str, str], name: str) -> dict[str, str]:
