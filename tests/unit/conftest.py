@@ -81,7 +81,22 @@ def tmp_path(
     request: pytest.FixtureRequest, _ram_tmp_root: Path | None, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """A fresh empty folder per test, in RAM when possible (see the module docstring)."""
-    name = re.sub(r"\W", "_", request.node.name)[:30]
-    if _ram_tmp_root is None:
+    return _fresh_dir(request.node.name, _ram_tmp_root, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def module_lake_dir(
+    request: pytest.FixtureRequest, _ram_tmp_root: Path | None, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A fresh folder with ``warehouse/`` for one lake that the tests of a module share, in RAM when
+    possible: only for a lake its tests read and never change (the module's fixture checks that)."""
+    folder = _fresh_dir(request.node.name, _ram_tmp_root, tmp_path_factory)
+    (folder / "warehouse").mkdir()
+    return folder
+
+
+def _fresh_dir(name: str, ram_root: Path | None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    name = re.sub(r"\W", "_", name)[:30]
+    if ram_root is None:
         return tmp_path_factory.mktemp(name, numbered=True)
-    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ram_tmp_root))
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=ram_root))
