@@ -12,6 +12,11 @@ SQLAlchemy, which every worker loads anyway) are moved out of the garbage collec
 (``gc.freeze``): they live to the end of the process, yet each full collection walked them all again;
 the youngest generation is collected less often. The collector took 6-8% of a fast-tier run's
 time, a fifth less after this. Objects the tests create are collected as before.
+
+Tests marked ``heavy`` (several seconds each: a fresh interpreter, a large lake, a first import of
+pyspark) run first. pytest-xdist hands each worker runs of consecutive tests and keeps the last ones
+queued on whichever worker asks first; a heavy test among the last leaves the other worker idle
+while it runs. Run first, the light tests that follow even the workers out.
 """
 
 from __future__ import annotations
@@ -28,6 +33,16 @@ import pytest
 
 RAM_DIR = os.environ.get("KAPPA_TEST_RAM_DIR", "/dev/shm")
 RAM_FREE_BYTES = 1 << 30
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "heavy: a fast-tier test of several seconds; run first (tests/unit/conftest.py)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``heavy`` tests first, each group keeping its order (see the module docstring)."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

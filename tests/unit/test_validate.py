@@ -203,6 +203,7 @@ def test_tiny_batches_and_many_partitions_give_the_same_report(seeded_catalog: A
     assert small == full
 
 
+@pytest.mark.heavy
 def test_the_peak_memory_of_validate_does_not_hold_the_window(catalog: Any, lake_dir: Any) -> None:
     """Arrow's peak allocation in a fresh process validating a 400k-row window (both sides ~13 MB
     of Arrow each) stays a small fraction of the window: batches and partitions, never the whole.
