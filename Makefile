@@ -14,9 +14,11 @@ test: $(STAMP) chromium lint
 	@# pytest exits 5 when it collected no test: that is a failure here.
 	$(BIN)/python -m pytest --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
 
-# the fast tier (tests/unit: no Spark, no Airflow DB, no server) on every core (pytest-xdist)
+# the fast tier (tests/unit: no Spark, no Airflow DB, no server) on every core (pytest-xdist); worksteal:
+# a worker that runs out takes half of what the other still has queued, so the run does not end with one
+# worker idle behind the other's last tests (tests/unit/conftest.py runs the heavy tests first)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n auto tests/unit; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
+	$(BIN)/python -m pytest -n auto --dist worksteal tests/unit; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest ran no tests"; exit 1; fi; exit $$rc
 
 install: $(STAMP)
 

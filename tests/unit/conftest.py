@@ -12,6 +12,11 @@ SQLAlchemy, which every worker loads anyway) are moved out of the garbage collec
 (``gc.freeze``): they live to the end of the process, yet each full collection walked them all again;
 the youngest generation is collected less often. The collector took 6-8% of a fast-tier run's
 time, a fifth less after this. Objects the tests create are collected as before.
+
+Tests marked ``heavy`` (several seconds each: a fresh interpreter, a large lake, a first import of
+pyspark) run first. pytest-xdist hands each worker runs of consecutive tests and keeps the last ones
+queued on whichever worker asks first; a heavy test among the last leaves the other worker idle
+while it runs. Run first, the light tests that follow even the workers out.
 """
 
 from __future__ import annotations
@@ -28,6 +33,16 @@ import pytest
 
 RAM_DIR = os.environ.get("KAPPA_TEST_RAM_DIR", "/dev/shm")
 RAM_FREE_BYTES = 1 << 30
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "heavy: a fast-tier test of several seconds; run first (tests/unit/conftest.py)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``heavy`` tests first, each group keeping its order (see the module docstring)."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -81,7 +96,22 @@ def tmp_path(
     request: pytest.FixtureRequest, _ram_tmp_root: Path | None, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """A fresh empty folder per test, in RAM when possible (see the module docstring)."""
-    name = re.sub(r"\W", "_", request.node.name)[:30]
-    if _ram_tmp_root is None:
+    return _fresh_dir(request.node.name, _ram_tmp_root, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def module_lake_dir(
+    request: pytest.FixtureRequest, _ram_tmp_root: Path | None, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A fresh folder with ``warehouse/`` for one lake that the tests of a module share, in RAM when
+    possible: only for a lake its tests read and never change (the module's fixture checks that)."""
+    folder = _fresh_dir(request.node.name, _ram_tmp_root, tmp_path_factory)
+    (folder / "warehouse").mkdir()
+    return folder
+
+
+def _fresh_dir(name: str, ram_root: Path | None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    name = re.sub(r"\W", "_", name)[:30]
+    if ram_root is None:
         return tmp_path_factory.mktemp(name, numbered=True)
-    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ram_tmp_root))
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=ram_root))

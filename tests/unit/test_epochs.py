@@ -103,6 +103,7 @@ def writer_options(catalog_props: dict[str, str], staging: str, epoch: str) -> d
     }
 
 
+@pytest.mark.heavy
 def test_a_superseded_writer_commits_nothing_and_deletes_its_files(catalog: Any, catalog_props: dict[str, str]) -> None:
     """The writer as Spark drives it: built on the driver, ``write`` on executors, ``commit`` /
     ``abort`` on the driver by a writer built again. A retry clearing the slice in between refuses

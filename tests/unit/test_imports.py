@@ -52,17 +52,20 @@ def fresh_process(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Comple
     )
 
 
+@pytest.mark.heavy
 def test_no_heavy_imports_at_parse_time(fresh_process: subprocess.CompletedProcess[str]) -> None:
     probe = fresh_process.stdout.partition("PROVIDERS LIST")[0]
     assert "HEAVY" in probe, fresh_process.stderr
     assert "HEAVY []" in probe, probe
 
 
+@pytest.mark.heavy
 def test_provider_registered(fresh_process: subprocess.CompletedProcess[str]) -> None:
     assert fresh_process.returncode == 0, fresh_process.stderr
     assert "airflow-provider-kappa" in fresh_process.stdout.partition("PROVIDERS LIST")[2]
 
 
+@pytest.mark.heavy
 def test_kappa_version_prints_the_one_version() -> None:
     """``kappa --version`` prints the package's one version (setup.cfg reads the same attribute)."""
     import airflow_provider_kappa

@@ -109,6 +109,7 @@ def test_plays_follow_impressions_and_come_in_sessions(hour_of_events: tuple[pa.
     assert len(sizes) > play.account_id.nunique()  # accounts come back after gaps: several sessions each
 
 
+@pytest.mark.heavy
 def test_generate_lake_lands_one_snapshot_per_interval_in_ingestion_order(catalog: Any) -> None:
     spec = LakeSpec(hours=20 / 60, rate=4.0, start=T0 + timedelta(minutes=50), landing_interval=timedelta(minutes=2))
     summary = generate_lake(catalog, spec)
@@ -151,6 +152,7 @@ def test_tables_are_partitioned_by_ingestion_hour(catalog: Any) -> None:
     assert sum(f["record_count"] for f in files) == table.scan().to_arrow().num_rows
 
 
+@pytest.mark.heavy
 def test_append_landing_continues_the_same_stream(catalog: Any, tmp_path: Any) -> None:
     from pyiceberg.catalog import load_catalog
 

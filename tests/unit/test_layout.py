@@ -60,10 +60,30 @@ def parsed(path: Path) -> ast.Module:
     return ast.parse(path.read_text())
 
 
+@cache
+def walked(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a module's syntax tree (``ast.walk`` once for all the tests here)."""
+    return tuple(ast.walk(parsed(path)))
+
+
+@cache
+def imports_in_functions(path: Path) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """The imports of a module that sit inside a function (a nested one's included), in line order."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    todo: list[tuple[ast.AST, bool]] = [(parsed(path), False)]
+    while todo:
+        node, inside = todo.pop()
+        if inside and isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        todo.extend((child, inside) for child in ast.iter_child_nodes(node))
+    return tuple(sorted(found, key=lambda n: (n.lineno, n.col_offset)))
+
+
 def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     out: set[str] = set()
-    for node in ast.walk(parsed(path)):
+    for node in walked(path):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
@@ -174,7 +194,7 @@ def test_no_module_over_the_limit() -> None:
 def test_no_function_over_the_limit() -> None:
     over = {}
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(parsed(path)):
+        for node in walked(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 if length > FUNCTION_LINES:
@@ -250,19 +270,14 @@ def test_imports_inside_functions_only_keep_heavy_libraries_out() -> None:
     seen: dict[str, bool] = {}
     needless = []
     for module, path in sorted(known.items()):
-        for fn in ast.walk(parsed(path)):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for node in ast.walk(fn):
-                if isinstance(node, ast.Import):
-                    targets = {a.name for a in node.names}
-                elif isinstance(node, ast.ImportFrom):
-                    targets = _targets(module, path, node, known)
-                else:
-                    continue
-                light = sorted(t for t in targets if not _loads_heavy(t, known, seen) and not _optional(module, t))
-                if light:
-                    needless.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {light}")
+        for node in imports_in_functions(path):
+            if isinstance(node, ast.Import):
+                targets = {a.name for a in node.names}
+            else:
+                targets = _targets(module, path, node, known)
+            light = sorted(t for t in targets if not _loads_heavy(t, known, seen) and not _optional(module, t))
+            if light:
+                needless.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {light}")
     assert not needless, "imports inside a function that load no heavy library (move them up):\n" + "\n".join(needless)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +19,11 @@ from airflow_provider_kappa.timeparse import to_micros
 
 TARGET = "prod.summary"
 H = timedelta(hours=1)
+#: the two slice staging tables of the seeded lake
+SEEDED_STAGING = [staging_table_name(TARGET, "bf", s) for s in ("s1", "s2")]
 
 
-@pytest.fixture()
-def seeded(catalog: Any) -> list[str]:
+def _seed(catalog: Any) -> list[str]:
     """Target and two slice staging tables; window [T0, T0+2h) differs, [T0+3h, T0+4h) matches."""
     target = create_summary_table(catalog, TARGET)
     target.append(
@@ -37,7 +40,7 @@ def seeded(catalog: Any) -> list[str]:
             ]
         )
     )
-    s1, s2 = (staging_table_name(TARGET, "bf", s) for s in ("s1", "s2"))
+    s1, s2 = SEEDED_STAGING
     ensure_staging_table(catalog, TARGET, s1).append(
         summary_table([summary_row(-5, 1, 1), summary_row(0, 1, 3), summary_row(5, 1, 4)])
     )
@@ -55,8 +58,37 @@ def seeded(catalog: Any) -> list[str]:
     return [s1, s2]
 
 
-def test_numbers_of_a_differing_window_match_the_hand_computation(catalog: Any, seeded: list[str]) -> None:
-    report = validate_window(catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H)
+def _snapshots(catalog: Any, tables: list[str]) -> dict[str, int | None]:
+    return {t: getattr(catalog.load_table(t).current_snapshot(), "snapshot_id", None) for t in tables}
+
+
+@pytest.fixture(scope="module")
+def seeded_catalog(module_lake_dir: Path) -> Iterator[Any]:
+    """The catalog of :func:`_seed`'s lake, built once for the tests here that only validate it (a
+    real file-backed sqlite SqlCatalog, like ``catalog``); after them, every table is checked to
+    be at the snapshot it was seeded at."""
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog(
+        "lake",
+        type="sql",
+        uri=f"sqlite:///{module_lake_dir}/catalog.db",
+        warehouse=f"file://{module_lake_dir}/warehouse",
+    )
+    tables = [TARGET, *_seed(catalog)]
+    seeded_at = _snapshots(catalog, tables)
+    yield catalog
+    assert _snapshots(catalog, tables) == seeded_at, "a test changed the shared seeded lake"
+
+
+@pytest.fixture()
+def seeded(seeded_catalog: Any) -> list[str]:
+    """The staging tables of the seeded lake (``seeded_catalog``)."""
+    return list(SEEDED_STAGING)
+
+
+def test_numbers_of_a_differing_window_match_the_hand_computation(seeded_catalog: Any, seeded: list[str]) -> None:
+    report = validate_window(seeded_catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H)
     # target in window: (0,1,3)x2, (5,1,4), (60,2,7), (65,2,1)            -> 5 rows
     # staged in window: (0,1,3), (5,1,4), (60,2,7), (65,2,2), (70,3,1)   -> 5 rows (+3 outside)
     # matched: (0,1,3) min(1,2)=1, (5,1,4) 1, (60,2,7) 1                  -> 3; rate 3/5 = 60 %
@@ -80,29 +112,29 @@ def test_numbers_of_a_differing_window_match_the_hand_computation(catalog: Any, 
     assert sorted(map(key, report.only_target_sample)) == [(T0, 1, 3, 1), (T0 + timedelta(minutes=65), 2, 1, 1)]
 
 
-def test_sample_size_is_bounded(catalog: Any, seeded: list[str]) -> None:
-    report = validate_window(catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H, sample=1)
+def test_sample_size_is_bounded(seeded_catalog: Any, seeded: list[str]) -> None:
+    report = validate_window(seeded_catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H, sample=1)
     assert len(report.only_staged_sample) == 1 and len(report.only_target_sample) == 1
     assert report.only_staged_rows == 2
 
 
-def test_a_matching_window_is_100_percent_and_an_empty_one_is_flagged(catalog: Any, seeded: list[str]) -> None:
-    same = validate_window(catalog, TARGET, seeded, "window_start", T0 + 3 * H, T0 + 4 * H)
+def test_a_matching_window_is_100_percent_and_an_empty_one_is_flagged(seeded_catalog: Any, seeded: list[str]) -> None:
+    same = validate_window(seeded_catalog, TARGET, seeded, "window_start", T0 + 3 * H, T0 + 4 * H)
     assert (same.staged_rows, same.target_rows, same.matched_rows, same.match_rate) == (2, 2, 2, 100.0)
     assert same.only_staged_sample == [] and same.only_target_sample == [] and not same.empty
-    empty = validate_window(catalog, TARGET, seeded, "window_start", T0 + 10 * H, T0 + 11 * H)
+    empty = validate_window(seeded_catalog, TARGET, seeded, "window_start", T0 + 10 * H, T0 + 11 * H)
     assert (empty.staged_rows, empty.target_rows, empty.match_rate, empty.empty) == (0, 0, 100.0, True)
     assert empty.per_hour == []
 
 
-def test_one_empty_side_is_zero_percent(catalog: Any, seeded: list[str]) -> None:
-    report = validate_window(catalog, TARGET, [], "window_start", T0, T0 + 2 * H)
+def test_one_empty_side_is_zero_percent(seeded_catalog: Any, seeded: list[str]) -> None:
+    report = validate_window(seeded_catalog, TARGET, [], "window_start", T0, T0 + 2 * H)
     assert (report.staged_rows, report.target_rows, report.matched_rows, report.match_rate) == (0, 5, 0, 0.0)
     assert report.only_target_rows == 5
 
 
-def test_json_and_text_reports(catalog: Any, seeded: list[str]) -> None:
-    report = validate_window(catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H)
+def test_json_and_text_reports(seeded_catalog: Any, seeded: list[str]) -> None:
+    report = validate_window(seeded_catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H)
     data = json.loads(report.to_json())
     assert data["match_rate"] == 60.0 and data["staged_rows"] == 5 and data["empty"] is False
     assert data["window_start"] == T0.isoformat()
@@ -115,8 +147,8 @@ def test_json_and_text_reports(catalog: Any, seeded: list[str]) -> None:
     assert "sample only in staged" in text
 
 
-def test_check_min_match_gates(catalog: Any, seeded: list[str]) -> None:
-    report = validate_window(catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H)
+def test_check_min_match_gates(seeded_catalog: Any, seeded: list[str]) -> None:
+    report = validate_window(seeded_catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H)
     check_min_match(report, 60.0)
     with pytest.raises(KappaValidationError, match=r"match rate 60.000% is below min_match 99.9%"):
         check_min_match(report, 99.9)
@@ -124,19 +156,19 @@ def test_check_min_match_gates(catalog: Any, seeded: list[str]) -> None:
         check_min_match(report, 150)
 
 
-def test_bad_inputs_are_named(catalog: Any, seeded: list[str]) -> None:
+def test_bad_inputs_are_named(seeded_catalog: Any, seeded: list[str]) -> None:
     with pytest.raises(KappaSinkError, match="time_column 'nope' is not a column"):
-        validate_window(catalog, TARGET, seeded, "nope", T0, T0 + H)
+        validate_window(seeded_catalog, TARGET, seeded, "nope", T0, T0 + H)
     with pytest.raises(KappaSinkError, match="time_column 'show_id' has type long"):
-        validate_window(catalog, TARGET, seeded, "show_id", T0, T0 + H)
+        validate_window(seeded_catalog, TARGET, seeded, "show_id", T0, T0 + H)
     with pytest.raises(KappaSinkError, match="target table 'prod.missing' does not exist"):
-        validate_window(catalog, "prod.missing", seeded, "window_start", T0, T0 + H)
+        validate_window(seeded_catalog, "prod.missing", seeded, "window_start", T0, T0 + H)
     with pytest.raises(KappaSinkError, match="staging table 'kappa_staging.gone' does not exist"):
-        validate_window(catalog, TARGET, ["kappa_staging.gone"], "window_start", T0, T0 + H)
+        validate_window(seeded_catalog, TARGET, ["kappa_staging.gone"], "window_start", T0, T0 + H)
     with pytest.raises(KappaConfigError, match="naive timestamp"):
-        validate_window(catalog, TARGET, seeded, "window_start", datetime(2026, 11, 1), T0 + H)
+        validate_window(seeded_catalog, TARGET, seeded, "window_start", datetime(2026, 11, 1), T0 + H)
     with pytest.raises(KappaSinkError, match="must be after window start"):
-        validate_window(catalog, TARGET, seeded, "window_start", T0 + H, T0)
+        validate_window(seeded_catalog, TARGET, seeded, "window_start", T0 + H, T0)
 
 
 # --- bounded memory: the window is streamed and compared partition by partition ---------------------
@@ -146,12 +178,21 @@ def _key(r: dict[str, Any]) -> str:
     return json.dumps({k: str(v) for k, v in r.items()}, sort_keys=True)
 
 
-def test_tiny_batches_and_many_partitions_give_the_same_report(catalog: Any, seeded: list[str]) -> None:
+def test_tiny_batches_and_many_partitions_give_the_same_report(seeded_catalog: Any, seeded: list[str]) -> None:
     from airflow_provider_kappa.backfill.validate import _validate
 
-    whole = validate_window(catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H)
+    whole = validate_window(seeded_catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H)
     report, spill = _validate(
-        catalog, TARGET, seeded, "window_start", T0, T0 + 2 * H, 5, batch_rows=1, partition_bytes=1, spill_dir=None
+        seeded_catalog,
+        TARGET,
+        seeded,
+        "window_start",
+        T0,
+        T0 + 2 * H,
+        5,
+        batch_rows=1,
+        partition_bytes=1,
+        spill_dir=None,
     )
     assert spill.partitions > 1
     assert spill.largest_batch_rows == 1  # never more than batch_rows rows read at a time
@@ -162,6 +203,7 @@ def test_tiny_batches_and_many_partitions_give_the_same_report(catalog: Any, see
     assert small == full
 
 
+@pytest.mark.heavy
 def test_the_peak_memory_of_validate_does_not_hold_the_window(catalog: Any, lake_dir: Any) -> None:
     """Arrow's peak allocation in a fresh process validating a 400k-row window (both sides ~13 MB
     of Arrow each) stays a small fraction of the window: batches and partitions, never the whole.
