@@ -154,7 +154,7 @@ def test_backfill_replaces_the_bad_window_end_to_end(
         catalog.load_table("prod.playback_sessions").current_snapshot().snapshot_id
         == after.current_snapshot().snapshot_id
     )
-    if engine == "submit":  # the heartbeat is the command's, whatever the engine
+    if engine == "connect":  # the heartbeat is the command's, whatever the engine: checked on the cheaper one
         # a dry run that runs its slices, then ends: it no longer counts as running, so a cleanup at 0s
         # removes it at once (its heartbeat used to keep it for 5 minutes after the command ended)
         code, out, err = kappa(capsys, "backfill", "--config", str(config), *WINDOW, *OPTIONS, "--dry-run")
