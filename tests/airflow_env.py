@@ -47,7 +47,7 @@ def write_job_config(
     example: str = "playback_sessions",
     extra_catalog_props: Mapping[str, str] | None = None,
     backfill: Mapping[str, Any] | None = None,
-    engine: str = "submit",
+    engine: str = "connect",
     connect_url: str | None = None,
 ) -> Path:
     """Write a kappa.yaml of an example job whose lake is the test's catalog.
@@ -57,7 +57,9 @@ def write_job_config(
     :param example: ``playback_sessions`` or ``rmi``.
     :param extra_catalog_props: more catalog properties (e.g. a planted secret).
     :param backfill: the ``backfill:`` section (default: the example's).
-    :param engine: ``job.engine`` (the tests' default stays ``submit``; pass ``connect``).
+    :param engine: ``job.engine``: ``connect`` (the product's default, one local Spark Connect server
+        per backfill, started by ``kappa backfill`` or the DAG), or ``submit`` (a spark-submit per
+        slice) for the tests whose subject is spark-submit itself (its driver, command or process).
     :param connect_url: ``job.connect.url`` (absent: ``kappa backfill`` starts a local server).
     """
     raw = yaml.safe_load((EXAMPLES / example / "kappa.yaml").read_text())

@@ -20,7 +20,9 @@ the session is already closed.
 4. sets ``SPARK_REMOTE`` and runs ``APP`` with :func:`runpy.run_path` as ``__main__``: the job's
    ``SparkSession.builder.getOrCreate()`` returns the session opened here;
 5. waits for the listener to see every query end, stops the queries left and the session (never
-   the server), and exits 0, or 1 with the job's traceback on failure (2 on bad arguments).
+   the server), and exits 0, or 1 with the job's traceback on failure (2 on bad arguments); a job's
+   ``sys.exit(code)`` is its exit code, and ``sys.exit("message")`` prints the message and exits 1,
+   as Python does (the launcher's error quotes the runner's last lines).
 
 A Spark Connect client: imports pyspark, never Airflow.
 """
@@ -184,8 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"connect_runner: the last progress events did not arrive within {DRAIN_SECONDS:.0f}s", file=sys.stderr
             )
-    except SystemExit as e:  # the job called sys.exit
+    except SystemExit as e:  # the job called sys.exit: a message is printed, as Python prints it, and exits 1
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - reported on stderr and as the exit code; the launcher raises
         traceback.print_exc()
         code = 1

@@ -4,7 +4,8 @@
 kappa.yaml names the catalog ``{conn_id: kappa_rest_lake}``; the connection (type ``iceberg``, its host
 the server's URI, the shared ``file://`` warehouse in its extra) is read through the Iceberg provider's
 IcebergHook, in the backfill's process and, through the run's catalogs file, by every slice's Spark
-driver. The run is ``kappa backfill`` (one slice: one spark-submit, local Spark), and the published
+driver. The run is ``kappa backfill`` (one slice on the default engine, connect: the local Spark Connect
+server it starts and stops), and the published
 window must equal an independent oracle of the job, row for row.
 """
 
@@ -54,7 +55,7 @@ def test_a_backfill_through_a_rest_catalog_from_an_airflow_connection_is_exact(
     props = job_catalog_properties(load_config(config), "lake")
     assert (props["type"], props["uri"]) == ("rest", rest_catalog.uri)
 
-    # one slice (one spark-submit): 195min is the one grid (multiples of the slice since the epoch)
+    # one slice (one Spark Connect session): 195min is the one grid (multiples of the slice since the epoch)
     # whose single cell holds the whole read range [00:30, 03:45)
     code = main(
         [

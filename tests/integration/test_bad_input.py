@@ -257,7 +257,8 @@ def test_a_kubernetes_master_without_the_kubernetes_provider_is_refused(
 def incident_config(tmp_path: Path, catalog: Any, catalog_props: dict[str, str], edit: Edit | None) -> Path:
     """The incident seeded in ``catalog`` and the job's kappa.yaml, with ``edit`` applied."""
     seed_sessions_incident(catalog, SOURCE, TARGET)
-    config = write_job_config(tmp_path, catalog_props)
+    # engine submit: the guard (no_spark_submit) is the submit engine's process boundary
+    config = write_job_config(tmp_path, catalog_props, engine="submit")
     if edit is not None:
         raw = yaml.safe_load(config.read_text())
         edit(raw, tmp_path)

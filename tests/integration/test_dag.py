@@ -216,16 +216,18 @@ def test_a_failed_sequential_slice_stops_the_slices_after_it(
     tmp_path: Path,
     catalog_props: dict[str, str],
     airflow_db: None,  # noqa: F811
+    connect_server: Any,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    """Slice 0 fails for good (its job exits 1 and the slice has no retries left): slice 1 never
-    runs Spark and fails naming slice 0, whether Airflow picked it before (it waits) or after."""
+    """Slice 0 fails for good (its job exits with a message and the slice has no retries left): slice 1
+    never runs Spark and fails naming slice 0, whether Airflow picked it before (it waits) or after.
+    Engine connect on the tests' shared server (the slices' order is the subject, not the server's life)."""
     from airflow_env import write_job_config
 
     from airflow_provider_kappa.dag import kappa_backfill_dag
 
     seed_sessions_incident(catalog)
-    path = write_job_config(tmp_path, catalog_props)
+    path = write_job_config(tmp_path, catalog_props, connect_url=connect_server.url)
     path.write_text(path.read_text().replace(str(EXAMPLES), str(tmp_path / "broken")))
     app = tmp_path / "broken" / "playback_sessions" / "playback_sessions.py"
     app.parent.mkdir(parents=True)

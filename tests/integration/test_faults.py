@@ -106,7 +106,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "props": props,
         "catalog": catalog,
         "oracle": oracle,
-        "config": write_job_config(folder, props),
+        "config": write_job_config(folder, props, engine="submit"),  # the faulted rerun kills a spark-submit driver
     }
 
 

@@ -144,7 +144,8 @@ def held(
     """The lake, a job config whose application is :data:`HELD_APP`, and the hold folder (the first
     micro-batch of the first run held: ``hold-early``)."""
     oracle = seed_sessions_incident(catalog, "raw.playbacks", TARGET)
-    path = write_job_config(tmp_path, catalog_props)
+    # engine submit: what is fenced and stopped is a slice's spark-submit (its driver JVM, its process group)
+    path = write_job_config(tmp_path, catalog_props, engine="submit")
     app = tmp_path / "held_app.py"
     app.write_text(HELD_APP)
     path.write_text(path.read_text().replace(str(EXAMPLE_APP), str(app)))

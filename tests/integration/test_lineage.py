@@ -121,7 +121,10 @@ def test_a_backfill_reports_its_tables_at_their_snapshots_and_parents_its_spark_
             schema=sessions_arrow(),
         )
     )  # a wrong row in the window: publish replaces it (a commit on the target)
-    config = write_job_config(tmp_path, catalog_props, extra_catalog_props={"s3.secret-access-key": PLANTED_SECRET})
+    # engine submit: the stand-in of test_operators replaces the spark-submit process
+    config = write_job_config(
+        tmp_path, catalog_props, engine="submit", extra_catalog_props={"s3.secret-access-key": PLANTED_SECRET}
+    )
 
     run, events, output = run_backfill_dag(tmp_path, config)
     assert run["state"] == "success", (run, output[-5000:])

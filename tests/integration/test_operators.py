@@ -138,7 +138,10 @@ def job(tmp_path: Path, catalog: Any, catalog_props: dict[str, str]) -> Path:
     raw = create_events_table(catalog, "raw.playbacks")
     append_events(raw, [event(i, at(0, 10 * i), account=1 + i % 2) for i in range(24)])  # 00:00 .. 03:50
     create_sessions_table(catalog, TARGET)
-    return write_job_config(tmp_path, catalog_props, extra_catalog_props={"s3.secret-access-key": PLANTED_SECRET})
+    # engine submit: the stand-in replaces the spark-submit process (SparkSubmitHook.submit), the process boundary
+    return write_job_config(
+        tmp_path, catalog_props, engine="submit", extra_catalog_props={"s3.secret-access-key": PLANTED_SECRET}
+    )
 
 
 PARAMS = {"start": at(1).isoformat(), "end": at(3).isoformat(), "slice": "1h", "warmup": "30min", "tail": "15min"}
