@@ -67,14 +67,9 @@ def seeded_catalog(module_lake_dir: Path) -> Iterator[Any]:
     """The catalog of :func:`_seed`'s lake, built once for the tests here that only validate it (a
     real file-backed sqlite SqlCatalog, like ``catalog``); after them, every table is checked to
     be at the snapshot it was seeded at."""
-    from pyiceberg.catalog import load_catalog
+    from airflow_provider_kappa.demo.lakegen import local_catalog
 
-    catalog = load_catalog(
-        "lake",
-        type="sql",
-        uri=f"sqlite:///{module_lake_dir}/catalog.db",
-        warehouse=f"file://{module_lake_dir}/warehouse",
-    )
+    catalog = local_catalog(module_lake_dir)
     tables = [TARGET, *_seed(catalog)]
     seeded_at = _snapshots(catalog, tables)
     yield catalog

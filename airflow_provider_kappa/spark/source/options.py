@@ -267,7 +267,6 @@ class IcebergReadSpec:
         own = _source_keys(conf, name)
         table = _aligned_of_conf(name, own)
         options = {k[len("option.") :]: v for k, v in own.items() if k.startswith("option.")}
-        options = {k: v for k, v in options.items() if k not in SPEC_OPTIONS}
         extra = {k: v for k, v in options.items() if k not in KNOWN_OPTIONS}
         spec = IcebergReadSpec(
             table.catalog, table.table, table.ingestion_column, mode=TAIL, **_tuning_fields(options), options=extra
