@@ -12,9 +12,9 @@ the session is already closed.
    ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``, which pyspark's client sends, and the job's own
    ``getOrCreate()`` with it);
 2. sets the run's session conf from ``F``, a JSON object ``{key: value}`` (the launcher writes it
-   with mode 0600): ``spark.kappa.*`` keys and runtime SQL keys. A key the server does not let a
-   session change (a static or core conf) is refused with its name, unless the server already has
-   the wanted value;
+   with mode 0600): ``spark.kappa.*`` keys and runtime SQL keys (a catalog's ``spark.sql.catalog.<name>.*``
+   included, which Spark does not register). A key the server does not let a session change (a static
+   or core conf) is refused with its name and Spark's reason, unless the server already has the wanted value;
 3. registers a client-side ``StreamingQueryListener`` that appends each micro-batch's progress
    JSON (``StreamingQueryProgress.json``) as one line to ``P``;
 4. sets ``SPARK_REMOTE`` and runs ``APP`` with :func:`runpy.run_path` as ``__main__``: the job's
@@ -124,21 +124,29 @@ def read_conf_file(path: Path) -> dict[str, str]:
 
 
 def set_session_conf(spark: Any, conf: Mapping[str, str]) -> None:
-    """Set ``conf`` on the session: ``spark.kappa.*`` always; any other key only if the server lets a
-    session change it, or already has the wanted value.
+    """Set ``conf`` on the session: ``spark.kappa.*`` always; any other key if the server lets a
+    session set it (Spark's own rule: a key it registers as modifiable, or one it does not register,
+    such as a catalog's ``spark.sql.catalog.<name>.*``, which the session's catalogs read when first
+    used), or already has the wanted value.
 
-    :raises ValueError: naming every key that only the server's start can set.
+    :raises ValueError: naming every key that only the server's start can set, with Spark's reason.
     """
+    from pyspark.errors import PySparkException
+
     refused = []
     for key, value in sorted(conf.items()):
         if key.startswith(PREFIX) or spark.conf.isModifiable(key):
             spark.conf.set(key, value)
         elif spark.conf.get(key, None) != value:
-            refused.append(key)
+            try:
+                spark.conf.set(key, value)
+            except PySparkException as e:  # CANNOT_MODIFY_CONFIG (a static or core conf): named below
+                refused.append((key, str(e).splitlines()[0] if str(e) else type(e).__name__))
     if refused:
         raise ValueError(
-            f"conf key(s) {refused} cannot be set in a Spark Connect session (static or core Spark conf); "
-            "give them to the Spark Connect server when it starts, or use job.engine: submit"
+            f"conf key(s) {[k for k, _ in refused]} cannot be set in a Spark Connect session (static or core "
+            "Spark conf); give them to the Spark Connect server when it starts, or use job.engine: submit "
+            f"(Spark said: {refused[0][1]})"
         )
 
 

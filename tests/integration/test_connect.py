@@ -29,6 +29,7 @@ from pyspark.sql import SparkSession
 from airflow_provider_kappa.spark.resolve import is_connect
 spark = SparkSession.builder.getOrCreate()
 print("connect", is_connect(spark), spark.conf.get("spark.kappa.job"), spark.conf.get("spark.sql.shuffle.partitions"))
+print("catalog", spark.conf.get("spark.sql.catalog.dim.type", None))
 """
 
 
@@ -51,9 +52,12 @@ def run_runner(tmp_path: Path, url: str, conf: dict[str, str]) -> subprocess.Com
 def test_the_runner_gives_the_unchanged_job_its_session_and_refuses_server_keys(
     tmp_path: Path, connect_server: Any
 ) -> None:
-    done = run_runner(tmp_path, connect_server.url, {"spark.kappa.job": "t", "spark.sql.shuffle.partitions": "3"})
+    # a catalog's keys: Spark registers none of them (isModifiable is false), yet a session may set them
+    # (Iceberg's SparkCatalog in a job on engine connect; refused before, found on Spark 4.1.3)
+    conf = {"spark.kappa.job": "t", "spark.sql.shuffle.partitions": "3", "spark.sql.catalog.dim.type": "jdbc"}
+    done = run_runner(tmp_path, connect_server.url, conf)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "connect True t 3" in done.stdout
+    assert "connect True t 3" in done.stdout and "catalog jdbc" in done.stdout
     refused = run_runner(tmp_path, connect_server.url, {"spark.kappa.job": "t", "spark.ui.enabled": "true"})
     assert refused.returncode == 1
     assert "conf key(s) ['spark.ui.enabled'] cannot be set in a Spark Connect session" in refused.stderr
