@@ -309,6 +309,7 @@ def test_an_empty_slice_creates_no_staging_table_and_validate_and_publish_count_
     assert sorted_rows(catalog.load_table(TARGET)) == before
 
 
+@pytest.mark.airflow
 def test_the_cleanup_task_keeps_its_runs_backfill_unless_it_published(catalog: Any, lake: Path) -> None:
     from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.compat.airflow import AirflowFailException

@@ -102,6 +102,7 @@ def test_kappa_plan_prints_its_path_verbatim_and_one_whole_line_per_slice(
     assert "reads (ingestion, UTC): 11-01 02:00→11-01 03:00" in slices[1], out
 
 
+@pytest.mark.airflow
 def test_kappa_backfill_prints_a_slice_failure_whose_message_has_brackets_verbatim(
     config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

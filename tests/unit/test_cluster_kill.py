@@ -33,6 +33,7 @@ def stand_ins(folder: Path, calls: Path) -> None:
         (folder / name).chmod(0o755)
 
 
+@pytest.mark.airflow
 @pytest.mark.parametrize("deploy_mode", ["cluster", "client"])
 def test_stopping_a_yarn_cluster_submit_kills_its_application(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deploy_mode: str

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 
 import airflow_env  # noqa: F401  (a private AIRFLOW_HOME before Airflow is imported)
+import pytest
 from paths import PACKAGE
 
 NAMES = (
@@ -20,6 +21,7 @@ NAMES = (
 )
 
 
+@pytest.mark.airflow
 def test_every_name_is_the_installed_airflows_own() -> None:
     from airflow_provider_kappa.compat import airflow as compat_airflow
 
@@ -32,6 +34,7 @@ def test_every_name_is_the_installed_airflows_own() -> None:
     assert issubclass(compat_airflow.AirflowSkipException, compat_airflow.AirflowException)
 
 
+@pytest.mark.airflow
 def test_the_operators_raise_the_adapters_exceptions() -> None:
     import airflow_provider_kappa.operators as operators
     from airflow_provider_kappa.compat.airflow import AirflowFailException

@@ -19,6 +19,7 @@ ATTRIBUTES = ("_connection", "_submit_sp", "_yarn_application_id", "_kubernetes_
 DIST = "apache-airflow-providers-apache-spark"
 
 
+@pytest.mark.airflow
 @pytest.mark.parametrize(
     ("extra", "deploy_mode", "expected"), [({}, None, None), ({"deploy-mode": "cluster"}, "client", "client")]
 )
@@ -49,6 +50,7 @@ def test_the_installed_provider_keeps_what_kappa_reads_on_its_hook(
         )
 
 
+@pytest.mark.airflow
 def test_the_kubernetes_check_agrees_with_the_hook() -> None:
     """kappa asks the Kubernetes provider (public); the hook module holds ``kube_client`` exactly when
     that import worked for it."""

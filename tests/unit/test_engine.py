@@ -85,6 +85,7 @@ def test_bad_engine_config(tmp_path: Path, key: str, value: Any, match: str) -> 
         load_config(write(tmp_path, with_change(["job", key], value)))
 
 
+@pytest.mark.airflow
 def test_the_url_comes_from_the_config_or_an_airflow_spark_connect_connection(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -191,6 +191,7 @@ def test_a_backlog_live_caught_up_after_the_range_is_not_replayed_and_the_plan_s
     assert Ledger(steady).gap(ms(T0 + H), ms(T0 + 3 * H + timedelta(minutes=30)), None, window_end) is None
 
 
+@pytest.mark.airflow
 def test_the_plan_step_records_its_exactness_for_the_dag_s_later_tasks(config: Path) -> None:
     """A DAG's plan task pushes the slices only; validate's report reads the plan step's statement
     from the backfill's folder."""

@@ -111,16 +111,17 @@ def test_plays_follow_impressions_and_come_in_sessions(hour_of_events: tuple[pa.
 
 @pytest.mark.heavy
 def test_generate_lake_lands_one_snapshot_per_interval_in_ingestion_order(catalog: Any) -> None:
-    spec = LakeSpec(hours=20 / 60, rate=4.0, start=T0 + timedelta(minutes=50), landing_interval=timedelta(minutes=2))
+    # four landings of 2 minutes across the hour (00:55-01:03: one landing spans two partitions)
+    spec = LakeSpec(hours=8 / 60, rate=4.0, start=T0 + timedelta(minutes=55), landing_interval=timedelta(minutes=2))
     summary = generate_lake(catalog, spec)
-    assert summary.landings == 10 and summary.snapshots == 20
+    assert summary.landings == 4 and summary.snapshots == 8
     expected = landed_events(spec)
     assert (summary.impressions, summary.playbacks) == (expected[0].num_rows, expected[1].num_rows)
     for ident, rows in (("raw.impressions", expected[0]), ("raw.playbacks", expected[1])):
         table = catalog.load_table(ident)
         snaps = list(table.snapshots())
-        assert len(snaps) == 10
-        edges = [T0 + timedelta(minutes=50 + 2 * k) for k in range(11)]
+        assert len(snaps) == 4
+        edges = [T0 + timedelta(minutes=55 + 2 * k) for k in range(5)]
         for k, snap in enumerate(snaps):  # commit order = ingestion order
             props = snap.summary.additional_properties
             assert props[LANDING_START] == edges[k].isoformat() and props[LANDED_UNTIL] == edges[k + 1].isoformat()
@@ -156,14 +157,15 @@ def test_tables_are_partitioned_by_ingestion_hour(catalog: Any) -> None:
 def test_append_landing_continues_the_same_stream(catalog: Any, tmp_path: Any) -> None:
     from pyiceberg.catalog import load_catalog
 
-    spec = LakeSpec(hours=0.2, rate=3.0, start=T0, seed=3)
+    # 3 landings of 4 minutes, then 2 more (fewer commits than the 2-minute default; the grid is the subject)
+    spec = LakeSpec(hours=0.2, rate=3.0, start=T0, seed=3, landing_interval=timedelta(minutes=4))
     generate_lake(catalog, spec)
     more = append_landing(catalog, spec, T0 + timedelta(minutes=20))
-    assert more.start == spec.end and more.landings == 4
+    assert more.start == spec.end and more.landings == 2
     whole = landed_events(spec, T0, T0 + timedelta(minutes=20))
     for ident, rows in zip(("raw.impressions", "raw.playbacks"), whole):
         table = catalog.load_table(ident)
-        assert len(list(table.snapshots())) == 10
+        assert len(list(table.snapshots())) == 5
         assert table.scan().to_arrow().sort_by("event_id").equals(rows.sort_by("event_id"))
 
     with pytest.raises(KappaSourceError, match="already holds lakegen landings up to 2026-11-01T00:20"):

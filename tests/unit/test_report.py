@@ -289,6 +289,7 @@ def test_slice_runs_are_read_back_from_the_checkpoint_store(tmp_path: Path, monk
     assert "not run" in page and "1/2" in page
 
 
+@pytest.mark.airflow
 def test_report_link_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_kappa.backfill.backfill import Backfill
     from airflow_provider_kappa.exceptions import KappaConfigError

@@ -16,7 +16,6 @@ import pytest
 from airflow_env import write_job_config
 from lake import T0, append_events, create_events_table, create_sessions_table, event
 
-from airflow_provider_kappa.compat.airflow import AirflowFailException
 from airflow_provider_kappa.exceptions import (
     KappaCatalogConflictError,
     KappaCatalogUnavailableError,
@@ -24,8 +23,10 @@ from airflow_provider_kappa.exceptions import (
     KappaSourceError,
 )
 from airflow_provider_kappa.faults import is_transient, transient_cause
-from airflow_provider_kappa.operators import fail_fast
-from airflow_provider_kappa.operators.snapshot import KappaSnapshotOperator
+
+#: the module's tests use Airflow (its operators and AirflowFailException): run on one xdist
+#: worker, and collecting this module imports no Airflow (tests/unit/conftest.py)
+pytestmark = pytest.mark.airflow
 
 PARAMS = {
     "start": (T0 + timedelta(hours=1)).isoformat(),
@@ -70,7 +71,9 @@ def locked(lake_dir: Path) -> Iterator[sqlite3.Connection]:
         other.close()
 
 
-def snapshot_op(job: Path) -> KappaSnapshotOperator:
+def snapshot_op(job: Path) -> Any:
+    from airflow_provider_kappa.operators.snapshot import KappaSnapshotOperator
+
     return KappaSnapshotOperator(task_id="snapshot", config_path=str(job))
 
 
@@ -79,6 +82,8 @@ def run(op: Any, params: dict[str, Any] | None = None) -> Any:
 
 
 def test_a_locked_sqlite_catalog_during_a_step_is_retried_not_failed(job: Path, locked: sqlite3.Connection) -> None:
+    from airflow_provider_kappa.compat.airflow import AirflowFailException
+
     with pytest.raises(Exception) as err:
         run(snapshot_op(job))
     assert not isinstance(err.value, AirflowFailException), err.value  # Airflow retries it
@@ -107,6 +112,8 @@ def test_the_same_step_succeeds_once_the_lock_is_gone(job: Path, lake_dir: Path)
     ],
 )
 def test_a_bad_catalog_property_stays_permanent(tmp_path: Path, job: Path, props: dict[str, str], reason: str) -> None:
+    from airflow_provider_kappa.compat.airflow import AirflowFailException
+
     (tmp_path / "bad").mkdir()
     bad = write_job_config(tmp_path / "bad", props)
     with pytest.raises(AirflowFailException, match=reason) as err:
@@ -160,6 +167,9 @@ def test_permanent_faults(exc: Exception) -> None:
 
 
 def test_a_permanent_wrapper_of_a_transient_fault_is_retried() -> None:
+    from airflow_provider_kappa.compat.airflow import AirflowFailException
+    from airflow_provider_kappa.operators import fail_fast
+
     def wrapped() -> None:
         try:
             raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")

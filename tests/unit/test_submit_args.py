@@ -261,6 +261,7 @@ def test_a_live_run_keeps_the_users_event_log_settings_as_they_are(tmp_path: Pat
     )
 
 
+@pytest.mark.airflow
 @pytest.mark.parametrize("via_connection", [False, True])
 def test_a_kubernetes_master_without_the_kubernetes_provider_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_kubernetes_provider: None, via_connection: bool

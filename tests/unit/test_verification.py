@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from airflow_env import write_job_config
 from lake import T0, summary_row, summary_table
 
@@ -83,6 +84,7 @@ def test_min_match_unset_is_100_and_a_given_one_decides(tmp_path: Path, catalog_
     assert not clean["drift"] and clean["sinks"]["s"]["windows"] == [] and "no drift" in drift_text(clean)
 
 
+@pytest.mark.airflow
 def test_wait_for_landing_pokes_until_the_landed_data_passes_end_plus_tail(
     tmp_path: Path, catalog: Any, catalog_props: dict[str, str]
 ) -> None:
@@ -109,6 +111,7 @@ def test_wait_for_landing_pokes_until_the_landed_data_passes_end_plus_tail(
     assert landed()
 
 
+@pytest.mark.airflow
 def test_a_bad_wait_for_landing_is_refused_naming_it(tmp_path: Path, catalog_props: dict[str, str]) -> None:
     import pytest
 
