@@ -7,7 +7,11 @@
    declares), the high end with the newest releases pip finds; then pyspark reinstalled last, as the
    Makefile does (pyspark-client overwrites part of the ``pyspark`` package). A venv whose stamp names the
    same wheel hash, constraints and interpreter is reused as it is. Both ends install at once.
-3. Runs :data:`TESTS` with the end's Python from a copy of the checkout without the package (so only the
+3. Resolves what the tests take from Spark's Ivy (:func:`warm`: Iceberg's Spark runtime where one is built, the
+   Kafka broker, Spark's Kafka connector at the end's Spark release), so that the tests download nothing.
+   The low end's connector goes to its tests as local jars (``$KAPPA_TEST_KAFKA_CONNECTOR_JARS``, the job's
+   ``spark.jars``) with the token provider this machine's Maven registry serves (:attr:`End.token_provider`).
+4. Runs :data:`TESTS` with the end's Python from a copy of the checkout without the package (so only the
    installed wheel can be imported: ``tests/conftest.py`` checks it under ``KAPPA_TEST_INSTALLED_IN``),
    both ends at once (each end's tests one after the other: Spark 4.0's Python workers must connect
    back within a fixed 10 s, which a busier machine misses).
@@ -49,10 +53,16 @@ class End:
     name: str
     python: str
     constraints: Path | None
+    #: the release of ``spark-token-provider-kafka-0-10_2.13`` put beside the end's Kafka connector when the
+    #: connector's own is not served (None: the connector's own, the product's normal path). The low end's:
+    #: this machine's Maven registry serves no token provider at 4.0.1-4.0.4 (404), which
+    #: spark-sql-kafka 4.0.4 depends on; 4.0.0 is served. A registry limitation of this machine, not what a
+    #: user does.
+    token_provider: str | None = None
 
 
 ENDS = {
-    "low": End("py3.10", "3.10", HERE / "lowest.txt"),
+    "low": End("py3.10", "3.10", HERE / "lowest.txt", token_provider="4.0.0"),
     "high": End("py3.13", "3.13", None),
 }
 
@@ -66,7 +76,14 @@ TESTS = [
     # Iceberg's SparkCatalog in the job: an exact backfill where Iceberg has a runtime (low end), refused on 4.2
     "tests/integration/test_iceberg_spark_catalog.py::"
     "test_a_job_joining_an_iceberg_dimension_through_sparkcatalog_backfills_exactly_or_is_refused[submit]",
+    # Kafka live (`kappa run` on a real broker) -> `kappa land` -> `kappa backfill --ledger`, equal to live
+    "tests/integration/test_kafka_live.py::test_a_backfill_with_the_ledger_reproduces_kafka_live_row_for_row",
 ]
+
+#: the environment variable naming the local jars of Spark's Kafka connector the tests give their jobs
+#: (``spark.jars`` in ``job.spark_conf``, tests/servers/kafka.py); unset: the product's own connector
+KAFKA_JARS_ENV = "KAPPA_TEST_KAFKA_CONNECTOR_JARS"
+TOKEN_PROVIDER = "org.apache.spark:spark-token-provider-kafka-0-10_2.13"
 
 #: one end's output line at a time
 _PRINT = threading.Lock()
@@ -198,24 +215,55 @@ def install(end: End, wheel: Path, fresh: bool) -> Path:
     # e.g. 4.2.1 beside 4.2.0), so that every file is pyspark's own and both are one release
     client = installed_version(venv / "bin" / "python", "pyspark-client")
     run([*pip, "install", "--quiet", "--no-compile", "--no-deps", "--force-reinstall", f"pyspark=={client}"])
-    # No `kappa jars` here: the tests an end runs read no Kafka, so they need no JVM package. On this
-    # machine the low end could not warm its Kafka connector anyway: the Maven registry it reaches
-    # serves no org.apache.spark:spark-token-provider-kafka-0-10_2.13 for 4.0.1-4.0.4 (404), which
-    # spark-sql-kafka 4.0.4 depends on.
-    # Iceberg's Spark runtime for this end's Spark and the sqlite JDBC driver (none on a Spark without an Iceberg
-    # build) into Spark's Ivy cache, so that the tests download nothing
-    warm = (
-        "from airflow_provider_kappa.engine.iceberg_spark import warm_packages as w\n"
-        "from airflow_provider_kappa.engine.jvm import resolve_cached as r, spark_version as v\n"
-        "r(w(v())) if w(v()) else None"
-    )
-    run(
-        [str(venv / "bin" / "python"), "-c", warm],
-        env={**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"},
-    )
     stamp_file.write_text(json.dumps(stamp, indent=1))
     log(f"{end.name}: installed in {time.monotonic() - started:.0f} s")
     return venv / "bin" / "python"
+
+
+#: what an end's tests resolve through Spark's Ivy, resolved (from Maven at the first run, then from the cache
+#: the product remembers: no spark-submit) before they run, so that the tests download nothing: Iceberg's
+#: Spark runtime and the sqlite JDBC driver (none on a Spark without an Iceberg build), the Kafka broker,
+#: and Spark's Kafka connector at the running Spark's release (``kappa jars``'s sets); with a substituted
+#: token provider, the connector without its own token provider plus that release's, printed as one list
+WARM = """
+import sys
+from airflow_provider_kappa.engine import jvm
+from airflow_provider_kappa.engine.iceberg_spark import warm_packages
+iceberg = warm_packages(jvm.spark_version())
+if iceberg:
+    jvm.resolve_cached(iceberg)
+jvm.broker_classpath()
+token = sys.argv[1]
+if not token:
+    jvm.connector_jars()
+else:
+    provider = "{provider}"
+    jars = jvm.resolve_cached([jvm.connector_package()], [*jvm.WHEEL_ARTIFACTS, provider])
+    jars += jvm.resolve_cached([provider + ":" + token], [*jvm.WHEEL_ARTIFACTS, "org.apache.kafka:kafka-clients"])
+    print(",".join(str(j) for j in jars))
+""".replace("{provider}", TOKEN_PROVIDER)
+
+
+def warm(end: End, python: Path) -> dict[str, str]:
+    """Resolve what the end's tests need from Spark's Ivy (:data:`WARM`); the environment its tests get
+    for it: with a substituted token provider, :data:`KAFKA_JARS_ENV` naming the connector's local jars."""
+    started = time.monotonic()
+    venv = python.parents[1]
+    printed = subprocess.run(
+        [str(python), "-c", WARM, end.token_provider or ""],
+        env={**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+    )
+    if printed.returncode != 0:
+        print(printed.stdout + printed.stderr, file=sys.stderr)
+        raise SystemExit(f"test-compat: {end.name}: the JVM packages could not be resolved (exit {printed.returncode})")
+    log(f"{end.name}: JVM packages resolved in {time.monotonic() - started:.0f} s")
+    if not end.token_provider:
+        return {}
+    jars = printed.stdout.strip().splitlines()[-1]
+    log(f"{end.name}: Kafka connector as local jars ({TOKEN_PROVIDER} {end.token_provider}): {jars}")
+    return {KAFKA_JARS_ENV: jars}
 
 
 def versions(python: Path) -> str:
@@ -227,9 +275,11 @@ def versions(python: Path) -> str:
 
 
 def test_env(python: Path) -> dict[str, str]:
-    """The environment of an end's tests: its venv first on PATH, nothing that points at the checkout."""
+    """The environment of an end's tests: its venv first on PATH, nothing that points at the checkout (nor
+    a Kafka connector of the caller's: :func:`warm` gives the end's own)."""
     venv = python.parents[1]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "VIRTUAL_ENV", "PYTHONHOME")}
+    dropped = ("PYTHONPATH", "SPARK_HOME", "VIRTUAL_ENV", "PYTHONHOME", KAFKA_JARS_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         capture_output=True,
@@ -291,7 +341,7 @@ def compare_digests(ends: list[End]) -> list[str]:
 
 def test_end(end: End, python: Path, tree: Path, pytest_args: list[str]) -> bool:
     """The end's tests from ``tree``, a copy of the checkout without the package; True when they pass."""
-    env = test_env(python)
+    env = {**test_env(python), **warm(end, python)}
     where = subprocess.run(
         [str(python), "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
         cwd=tree,
