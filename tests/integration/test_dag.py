@@ -288,9 +288,9 @@ def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_ass
 
     expected = seed_sessions_incident(catalog)
     repair = REPO / "dags" / "playback_sessions_repair.py"
-    assert load_dag(repair).schedule == "@daily"  # the shipped file; the run below is its DAG on the shared server
     config = write_job_config(lake, catalog_props, connect_url=connect_server.url)
-    dag = load_dag_file(repair, config)
+    dag = load_dag_file(repair, config)  # the shipped file's DAG (id, @daily), on the shared server
+    assert dag.dag_id == "kappa_repair_playback_sessions"
     assert dag.params.get_param("start").value is None and dag.params.get_param("end").value is None
     # the day's data ends at 03:50: end + tail lies past it, so the run allows an open end and
     # publishes what the landed data closes ([00:00, 03:15)), keeping the target's rows after it
