@@ -8,6 +8,7 @@ Also: a job config writer for backfill tests.
 from __future__ import annotations
 
 import os
+import runpy
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -76,3 +77,21 @@ def write_job_config(
     path = folder / "kappa.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
+
+
+def load_dag_file(dag_file: Path, config: Path | None = None) -> Any:
+    """The ``dag`` of a DAG file of the repo's dags/; with ``config``, the same DAG (the file's own
+    arguments: id, schedule, verify, ...) built from that kappa.yaml instead of the packaged example's,
+    e.g. one of :func:`write_job_config` on the tests' shared Connect server.
+
+    :raises AssertionError: the file has no single ``CONFIG = ...`` line to swap.
+    """
+    if config is None:
+        return runpy.run_path(str(dag_file))["dag"]
+    source = dag_file.read_text()
+    lines = [line for line in source.splitlines() if line.startswith("CONFIG = ")]
+    assert len(lines) == 1, f"{dag_file}: expected one 'CONFIG = ...' line, found {lines}"
+    code = compile(source.replace(lines[0], f"CONFIG = Path({str(config)!r})"), str(dag_file), "exec")
+    scope: dict[str, Any] = {"__name__": "kappa_test_dag", "__file__": str(dag_file)}
+    exec(code, scope)  # noqa: S102  (a repo DAG file, as runpy would run it)
+    return scope["dag"]

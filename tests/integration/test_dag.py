@@ -4,7 +4,6 @@ seeded bad window, in sequential and in parallel mode."""
 
 from __future__ import annotations
 
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
-from airflow_env import REPO, airflow_db  # noqa: F401  (fixture)
+from airflow_env import REPO, airflow_db, load_dag_file  # noqa: F401  (fixture)
 from lake import INCIDENT_END, INCIDENT_START, create_events_table, seed_sessions_incident, sorted_rows
 from paths import EXAMPLES
 
@@ -27,7 +26,7 @@ RUN_CONF = {
 
 
 def load_dag(path: Path = DAG_FILE) -> Any:
-    return runpy.run_path(str(path))["dag"]
+    return load_dag_file(path)
 
 
 @pytest.fixture()
@@ -148,18 +147,30 @@ def test_dag_run_replaces_the_bad_window_with_the_correct_rows(
     mode: str,
     lake: Path,
     catalog: Any,
+    catalog_props: dict[str, str],
     airflow_db: None,
     capfd: pytest.CaptureFixture[str],  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """The example DAG as shipped in [sequential] (engine connect, no job.connect: the run's own local
+    server, its setup and teardown tasks, and its recycling between slice tasks); [parallel] runs the
+    same DAG on the tests' shared server (its subject is the parallel slices, not the server's life)."""
+    from airflow_env import write_job_config
+
     from airflow_provider_kappa.engine.shared_server import RECYCLE_ENV
 
-    if mode == "sequential":
+    own_server = mode == "sequential"
+    if own_server:
         monkeypatch.setenv(RECYCLE_ENV, "1")  # the slice tasks recycle the setup task's server after every session
+        dag = load_dag()
+    else:
+        url = request.getfixturevalue("connect_server").url
+        dag = load_dag_file(DAG_FILE, write_job_config(lake, catalog_props, connect_url=url))
+        assert "connect_server_start" not in dag.task_dict  # a given server: no setup/teardown tasks
     expected = seed_sessions_incident(catalog)
     before = sorted_rows(catalog.load_table("prod.playback_sessions"))
     outside = [r for r in before if not INCIDENT_START <= r[1] < INCIDENT_END]
-    dag = load_dag()
     dr = dag.test(run_conf={**RUN_CONF, "mode": mode})
     out = capfd.readouterr().out
     states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
@@ -175,12 +186,14 @@ def test_dag_run_replaces_the_bad_window_with_the_correct_rows(
     # progress people can see: per slice and the final summary
     assert "micro-batches" in out and "watermark" in out
     assert "sink sessions: published snapshot" in out and "match rate" in out
+    if not own_server:
+        return
     # engine connect (the example's default): one local server for the run, stopped by the teardown
     assert states[("connect_server_start", -1)] == "success" and states[("connect_server_stop", -1)] == "success"
     assert "local Spark Connect server sc://localhost:" in out
     assert not list(lake.rglob("connect/server.json")) and not list(lake.rglob("connect/sessions.json"))
     # the second slice task found the first one's session done and the count reached: a new server
-    assert f"the slice tasks recycled it {1 if mode == 'sequential' else 0} time(s)" in out
+    assert "the slice tasks recycled it 1 time(s)" in out
 
 
 def _arrow(rows: list[dict[str, Any]]) -> Any:
@@ -252,17 +265,21 @@ def test_a_failed_sequential_slice_stops_the_slices_after_it(
 def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_asset_event(
     lake: Path,
     catalog: Any,
-    airflow_db: None,
-    capfd: pytest.CaptureFixture[str],  # noqa: F811
+    catalog_props: dict[str, str],
+    airflow_db: None,  # noqa: F811
+    connect_server: Any,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """Scheduled repair (dags/playback_sessions_repair.py, ``@daily``): a run without start and
     end replaces its data interval, the day (the same backfill, same id, as explicit start and
     end), and the publish task's asset event carries the window, the published snapshot and the
-    backfill id."""
+    backfill id. The repair DAG on the tests' shared server (the interval is the subject, not the
+    server's life: the example DAG's run on its own server is the [sequential] test above)."""
     from datetime import timedelta
 
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
+    from airflow_env import write_job_config
     from lake import T0
     from sqlalchemy import select
 
@@ -270,7 +287,10 @@ def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_ass
     from airflow_provider_kappa.job.config import load_config
 
     expected = seed_sessions_incident(catalog)
-    dag = load_dag(REPO / "dags" / "playback_sessions_repair.py")
+    repair = REPO / "dags" / "playback_sessions_repair.py"
+    config = write_job_config(lake, catalog_props, connect_url=connect_server.url)
+    dag = load_dag_file(repair, config)  # the shipped file's DAG (id, @daily), on the shared server
+    assert dag.dag_id == "kappa_repair_playback_sessions"
     assert dag.params.get_param("start").value is None and dag.params.get_param("end").value is None
     # the day's data ends at 03:50: end + tail lies past it, so the run allows an open end and
     # publishes what the landed data closes ([00:00, 03:15)), keeping the target's rows after it
@@ -285,8 +305,9 @@ def test_a_scheduled_run_backfills_its_data_interval_and_publish_records_the_ass
     in_incident = lambda rows: [r for r in rows if INCIDENT_START <= r[1] < INCIDENT_END]  # noqa: E731
     after = sorted_rows(catalog.load_table("prod.playback_sessions"))
     assert in_incident(after) == in_incident(sorted_rows(_arrow(expected))) != []
-    config = load_config(EXAMPLES / "playback_sessions" / "kappa.yaml")
-    backfill_id = Backfill.create(config, {**conf, "start": day[0].isoformat(), "end": day[1].isoformat()}).id
+    backfill_id = Backfill.create(
+        load_config(config), {**conf, "start": day[0].isoformat(), "end": day[1].isoformat()}
+    ).id
     out = capfd.readouterr().out
     assert f"backfill {backfill_id}: parameters" in out
     published_end = T0 + timedelta(hours=3, minutes=15)  # what the landed data closes (its end minus the tail)

@@ -10,7 +10,8 @@ One tiny lake (tests/lake.py ``seed_sessions_incident``: playbacks 00:00-03:50, 
   checkpoints) rerun under every fault that needs Spark, in the order they would hit production:
   source appends between and during slices (ingestion goes on), snapshot expiry on the source,
   the driver SIGKILLed in the middle of the second slice then the slice retried, and a live
-  writer appending to the target while publish commits (2.5 spark-submits). Each test below
+  writer appending to the target while publish commits (the first slice on the shared server, the
+  second slice's killed and retried runs as spark-submits: 1.5 of them). Each test below
   checks one fault's part of that run; every one ends comparing the target with ``clean``.
 - faults that need no Spark (the lock, an empty slice, where the slice log goes) run without it,
   on the real catalog and checkpoint code.
@@ -146,6 +147,7 @@ def clean(lake: dict[str, Any], connect_server: Any) -> dict[str, Any]:
         "staged": {s.slice_id: staged_rows(catalog, bf, s.slice_id) for s in plan.slices},
         "rows_read": {s.slice_id: store.done(s.slice_id)["rows_read"] for s in plan.slices},  # type: ignore[index]
         "seconds": seconds,
+        "config": config,  # engine connect on the shared server
     }
 
 
@@ -212,7 +214,8 @@ def alive(pid: int) -> bool:
 
 
 def spark_children(before: set[int]) -> list[Any]:
-    """The spark-submit processes this test process started since ``before`` (its direct children)."""
+    """The Spark processes this test process started since ``before`` (its direct children): a
+    spark-submit, or engine connect's job process."""
     import psutil
 
     return [c for c in psutil.Process().children() if c.pid not in before and c.is_running()]
@@ -265,8 +268,9 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
 
     catalog, props = lake["catalog"], lake["props"]
     out: dict[str, Any] = {"durations": {}}
-    bf = Backfill.create(load_config(lake["config"]), PARAMS)
-    assert bf.id == clean["bf"].id
+    bf = Backfill.create(load_config(lake["config"]), PARAMS)  # engine submit: the slice whose driver is killed
+    on_connect = Backfill.create(load_config(clean["config"]), PARAMS)  # the other slice runs, on the shared server
+    assert bf.id == on_connect.id == clean["bf"].id
     store = bf.store()
     appender = SourceAppender(props)
 
@@ -279,11 +283,11 @@ def faulted(lake: dict[str, Any], clean: dict[str, Any]) -> dict[str, Any]:
 
     # ingestion goes on: before the first slice ...
     appender.append()
-    # ... and while it runs (appends only once its spark-submit process exists)
+    # ... and while it runs (appends only once its job process exists: engine connect, the shared server)
     before = {c.pid for c in psutil.Process().children()}
     began = time.monotonic()
     with Repeatedly(appender.append, 3.0, start_when=lambda: bool(spark_children(before)), max_calls=3) as during:
-        out["s0000"] = slice_steps.run_slice(bf, s0)
+        out["s0000"] = slice_steps.run_slice(on_connect, s0)
     out["durations"]["s0000 rerun, source appends meanwhile"] = time.monotonic() - began
     out["appends_during_slice"] = during.calls
     out["staged_s0000"] = staged_rows(catalog, bf, "s0000")
@@ -406,7 +410,7 @@ def test_ingestion_during_the_backfill_is_not_seen(
     lake: dict[str, Any], clean: dict[str, Any], faulted: dict[str, Any]
 ) -> None:
     catalog = lake["catalog"]
-    assert faulted["appends_during_slice"] >= 1  # appended while the slice's spark-submit ran
+    assert faulted["appends_during_slice"] >= 1  # appended while the slice's job process ran
     assert faulted["source_current"] != clean["pinned"]["backfill-playbacks"]
     account_9 = [r for r in catalog.load_table(SOURCE).scan(row_filter="account_id == 9").to_arrow().to_pylist()]
     assert account_9 and all(

@@ -13,7 +13,7 @@ from typing import Any
 
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
-from airflow_env import REPO, airflow_db  # noqa: F401  (fixture)
+from airflow_env import REPO, airflow_db, load_dag_file, write_job_config  # noqa: F401  (fixture)
 from lake import T0, append_events, create_events_table, create_sessions_table, event, expected_sessions, sorted_rows
 
 DAG_FILE = REPO / "dags" / "playback_sessions_verify.py"
@@ -86,15 +86,19 @@ def test_verify_run_flags_exactly_the_corrupted_window_and_publishes_nothing(
     corrupt: bool,
     lake: Path,
     catalog: Any,
+    catalog_props: dict[str, str],
     airflow_db: None,  # noqa: F811
+    connect_server: Any,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
+    """The verify DAG file's DAG on the tests' shared Connect server (the verification is the subject,
+    not the server's life: test_dag's [sequential] run covers a DAG's own local server)."""
     _live_lake(catalog)
     if corrupt:
         _corrupt_one_session(catalog)
     target = catalog.load_table("prod.playback_sessions")
     before, snapshot = sorted_rows(target), target.current_snapshot().snapshot_id
-    dag = runpy.run_path(str(DAG_FILE))["dag"]
+    dag = load_dag_file(DAG_FILE, write_job_config(lake, catalog_props, connect_url=connect_server.url))
     dr = dag.test(logical_date=DAY[1], run_conf=CONF)  # its data interval: the day before
     states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
     out = capfd.readouterr().out
