@@ -85,6 +85,9 @@ TESTS = [
 KAFKA_JARS_ENV = "KAPPA_TEST_KAFKA_CONNECTOR_JARS"
 TOKEN_PROVIDER = "org.apache.spark:spark-token-provider-kafka-0-10_2.13"
 
+#: pytest-timeout per test on an end, seconds (the suite's own is 900)
+COMPAT_TIMEOUT = 1800
+
 #: one end's output line at a time
 _PRINT = threading.Lock()
 
@@ -354,7 +357,10 @@ def test_end(end: End, python: Path, tree: Path, pytest_args: list[str]) -> bool
         raise SystemExit(f"test-compat: {end.name} imports {PACKAGE} from {where}, not from its venv")
     log(f"{end.name}: {versions(python)}; {PACKAGE} from {where}")
     started = time.monotonic()
-    argv = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", *TESTS, *pytest_args]
+    # both ends run at once on a shared machine: each test gets twice the suite's 900 s (pytest-timeout), unless
+    # the caller gives its own --timeout (the Kafka test's live, landing and two backfills took 845 s alone at load 3-20)
+    limit = [] if any(a.startswith("--timeout") for a in pytest_args) else ["--timeout", str(COMPAT_TIMEOUT)]
+    argv = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", *limit, *TESTS, *pytest_args]
     # both ends run at once: each line of an end's output goes out whole, prefixed with the end's name
     proc = subprocess.Popen(argv, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
