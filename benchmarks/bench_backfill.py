@@ -57,7 +57,7 @@ T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 TARGET = "prod.plays_summary"
 SOURCE = "raw.plays"
 
-JOB = '''"""The unchanged streaming job of bench_backfill.py: plays per 5-minute event-time window and show."""
+JOB_TEMPLATE = '''"""The unchanged streaming job of the benchmarks: plays per event-time window and show."""
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -66,13 +66,18 @@ from airflow_provider_kappa.spark import read_source, write_sink
 spark = SparkSession.builder.getOrCreate()
 plays = read_source(spark, "plays")
 counts = (
-    plays.withWatermark("event_ts", "10 minutes")
-    .groupBy(F.window("event_ts", "5 minutes"), "show_id")
+    plays.withWatermark("event_ts", "{watermark}")
+    .groupBy(F.window("event_ts", "{window}"), "show_id")
     .count()
     .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "show_id", "count")
 )
 write_sink(counts, "summary").awaitTermination()
 '''
+
+
+def job_source(window: str = "5 minutes", watermark: str = "10 minutes") -> str:
+    """The job's file: :data:`JOB_TEMPLATE` with its window and watermark (this script's: 5 and 10 minutes)."""
+    return JOB_TEMPLATE.replace("{window}", window).replace("{watermark}", watermark)
 
 
 # --------------------------------------------------------------------------- set-up
@@ -119,10 +124,8 @@ def prepare(lake: Path, size: Size) -> None:
     """The landed table (``bench_source.land``: one append per minute, late and offline events)
     and the empty target table; reused while the parameters are unchanged."""
     import bench_source as bs
-    from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
     from airflow_provider_kappa.demo.lake_schema import create_raw_table
-    from airflow_provider_kappa.spark.sink import create_target_table
 
     marker = lake / "params.json"
     if marker.exists() and json.loads(marker.read_text()) == size.params():
@@ -133,6 +136,17 @@ def prepare(lake: Path, size: Size) -> None:
     began = time.monotonic()
     cat = catalog(lake)
     bs.land(create_raw_table(cat, SOURCE), size.rows, size.hours, 1, 100_000, 50, "p")
+    create_summary_target(cat)
+    marker.write_text(json.dumps(size.params()))
+    print(f"generated {size.rows} rows in {lake} in {time.monotonic() - began:.0f}s", flush=True)
+
+
+def create_summary_target(cat: Any) -> None:
+    """The job's sink target :data:`TARGET` (window start and end, show, count), partitioned by ``window_start``."""
+    from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+
+    from airflow_provider_kappa.spark.sink import create_target_table
+
     schema = StructType(
         [
             StructField("window_start", TimestampType()),
@@ -142,15 +156,13 @@ def prepare(lake: Path, size: Size) -> None:
         ]
     )
     create_target_table(cat, TARGET, schema, "window_start")
-    marker.write_text(json.dumps(size.params()))
-    print(f"generated {size.rows} rows in {lake} in {time.monotonic() - began:.0f}s", flush=True)
 
 
 def write_config(run: Path, lake: Path, size: Size, engine: str, extra_conf: dict[str, str]) -> Path:
     import yaml
 
     run.mkdir(parents=True, exist_ok=True)
-    (run / "job.py").write_text(JOB)
+    (run / "job.py").write_text(job_source())
     raw = {
         "job": {
             "name": "bench_counts",

@@ -65,23 +65,6 @@ T0_MS = int(T0.timestamp() * 1000)
 SOURCE, TARGET, TOPIC, JOB_NAME, SINK = "raw.plays", "prod.plays_summary", "plays", "bench_ledger", "summary"
 MARGIN_INTERVALS = 3  # landed (and recorded) past --hours: the window's end + tail is landed
 
-JOB = '''"""The unchanged streaming job of bench_ledger.py: plays per event-time window and show."""
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-
-from airflow_provider_kappa.spark import read_source, write_sink
-
-spark = SparkSession.builder.getOrCreate()
-plays = read_source(spark, "plays")
-counts = (
-    plays.withWatermark("event_ts", "{watermark}")
-    .groupBy(F.window("event_ts", "{window}"), "show_id")
-    .count()
-    .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "show_id", "count")
-)
-write_sink(counts, "summary").awaitTermination()
-'''
-
 
 class Day:
     """The benchmark's parameters: the live run that is replayed and the backfill of it."""
@@ -249,11 +232,8 @@ def prepare(lake: Path, day: Day) -> None:
 def create_tables(lake: Path) -> Any:
     """The landed table (``kappa land``'s columns, partitioned by hour of ingestion) and the target."""
     from pyiceberg.types import IntegerType, LongType, StringType
-    from pyspark.sql.types import LongType as SparkLong
-    from pyspark.sql.types import StructField, StructType, TimestampType
 
     from airflow_provider_kappa.demo.lake_schema import create_raw_table
-    from airflow_provider_kappa.spark.sink import create_target_table
 
     cat = catalog(lake)
     table = create_raw_table(cat, SOURCE)
@@ -261,15 +241,7 @@ def create_tables(lake: Path) -> Any:
         update.add_column("kafka_topic", StringType())
         update.add_column("kafka_partition", IntegerType())
         update.add_column("kafka_offset", LongType())
-    schema = StructType(
-        [
-            StructField("window_start", TimestampType()),
-            StructField("window_end", TimestampType()),
-            StructField("show_id", SparkLong()),
-            StructField("count", SparkLong()),
-        ]
-    )
-    create_target_table(cat, TARGET, schema, "window_start")
+    bb.create_summary_target(cat)
     return cat.load_table(SOURCE)
 
 
@@ -280,7 +252,7 @@ def write_config(run: Path, lake: Path, day: Day) -> Path:
     import yaml
 
     run.mkdir(parents=True, exist_ok=True)
-    (run / "job.py").write_text(JOB.replace("{window}", day.window).replace("{watermark}", day.watermark))
+    (run / "job.py").write_text(bb.job_source(day.window, day.watermark))
     raw = {
         "job": {
             "name": JOB_NAME,
