@@ -95,3 +95,18 @@ def load_dag_file(dag_file: Path, config: Path | None = None) -> Any:
     scope: dict[str, Any] = {"__name__": "kappa_test_dag", "__file__": str(dag_file)}
     exec(code, scope)  # noqa: S102  (a repo DAG file, as runpy would run it)
     return scope["dag"]
+
+
+def patch_spark_submit(monkeypatch: pytest.MonkeyPatch, stand_in: Any) -> None:
+    """Replace ``engine.submit.submit`` (every spark-submit kappa starts) with ``stand_in`` for one test.
+
+    ``kappa land``, ``kappa run`` and the demo's live reference bind ``submit`` by name when first
+    imported: imported for the first time under the patch (the first import in the process, as when a
+    test ordering or a pytest-xdist worker runs this test before any landing), they would keep the stand-in
+    for the rest of the session and fail every later landing or live run. So they are imported first.
+    """
+    import airflow_provider_kappa.cli.land  # noqa: F401
+    import airflow_provider_kappa.cli.run  # noqa: F401
+    import airflow_provider_kappa.demo.live_reference  # noqa: F401
+
+    monkeypatch.setattr("airflow_provider_kappa.engine.submit.submit", stand_in)

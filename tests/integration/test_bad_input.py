@@ -19,7 +19,7 @@ from typing import Any
 import airflow_env  # noqa: F401  (sets AIRFLOW_HOME before Airflow is imported)
 import pytest
 import yaml
-from airflow_env import write_job_config
+from airflow_env import patch_spark_submit, write_job_config
 from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sorted_rows
 
 from airflow_provider_kappa.cli import main
@@ -193,17 +193,11 @@ CASES: list[tuple[str, Edit | None, Callable[[Any], None] | None, list[str], str
 @pytest.fixture()
 def no_spark_submit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if a slice ever reaches spark-submit (bad input must be refused before)."""
-    # these bind `submit` by name when first imported: imported first under the patch (the first import in
-    # the process, as in a pytest-xdist worker that runs this module before test_land.py), they would keep
-    # the stand-in for the rest of the session and fail every later landing or live run
-    import airflow_provider_kappa.cli.land  # noqa: F401
-    import airflow_provider_kappa.cli.run  # noqa: F401
-    import airflow_provider_kappa.demo.live_reference  # noqa: F401
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError(f"spark-submit was reached with bad input: {args[:1]}")
 
-    monkeypatch.setattr("airflow_provider_kappa.engine.submit.submit", refuse)
+    patch_spark_submit(monkeypatch, refuse)
 
 
 @pytest.mark.parametrize(("edit", "lake_change", "argv", "reason"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

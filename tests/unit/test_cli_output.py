@@ -15,9 +15,9 @@ from typing import Any
 import airflow_env  # noqa: F401  (a private AIRFLOW_HOME before Airflow is imported)
 import pytest
 import yaml
+from airflow_env import patch_spark_submit
 from lake import T0, append_events, create_events_table, create_summary_table, event, summary_row, summary_table
 
-import airflow_provider_kappa.engine.submit as submit_module
 from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.lock import lock, release_command
 from airflow_provider_kappa.cli import main
@@ -109,7 +109,7 @@ def test_kappa_backfill_prints_a_slice_failure_whose_message_has_brackets_verbat
     def failing_submit(application: str, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError(f"Cannot execute: spark-submit --master local[*] {application}: {FAULT}")
 
-    monkeypatch.setattr(submit_module, "submit", failing_submit)
+    patch_spark_submit(monkeypatch, failing_submit)
     assert main(["backfill", "--config", str(config), *WINDOW]) == 1
     out, err = capsys.readouterr()
     assert "MarkupError" not in out + err
