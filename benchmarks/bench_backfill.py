@@ -158,6 +158,28 @@ def create_summary_target(cat: Any) -> None:
     create_target_table(cat, TARGET, schema, "window_start")
 
 
+def plays_sources(backfill_keys: dict[str, str] | None = None) -> dict[str, Any]:
+    """kappa.yaml ``sources`` of the job: ``plays``, live from Kafka topic ``plays``, backfilled from :data:`SOURCE`
+    (with ``backfill_keys`` more keys of the iceberg candidate)."""
+    return {
+        "plays": {"type": "dynamic", "selected": "live-plays", "candidates": ["live-plays", "backfill-plays"]},
+        "live-plays": {
+            "type": "kafka",
+            "topics": "plays",
+            "bootstrap_servers": "127.0.0.1:9092",
+            "schema": "event_id STRING, account_id BIGINT, show_id BIGINT, event_ts TIMESTAMP",
+            "ingestion_column": "ingestion_ts",
+        },
+        "backfill-plays": {
+            "type": "iceberg",
+            "catalog": "lake",
+            "table": SOURCE,
+            "ingestion_column": "ingestion_ts",
+            **(backfill_keys or {}),
+        },
+    }
+
+
 def write_config(run: Path, lake: Path, size: Size, engine: str, extra_conf: dict[str, str]) -> Path:
     import yaml
 
@@ -173,23 +195,7 @@ def write_config(run: Path, lake: Path, size: Size, engine: str, extra_conf: dic
             "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", **extra_conf},
         },
         "catalogs": {"lake": catalog_props(lake)},
-        "sources": {
-            "plays": {"type": "dynamic", "selected": "live-plays", "candidates": ["live-plays", "backfill-plays"]},
-            "live-plays": {
-                "type": "kafka",
-                "topics": "plays",
-                "bootstrap_servers": "127.0.0.1:9092",
-                "schema": "event_id STRING, account_id BIGINT, show_id BIGINT, event_ts TIMESTAMP",
-                "ingestion_column": "ingestion_ts",
-            },
-            "backfill-plays": {
-                "type": "iceberg",
-                "catalog": "lake",
-                "table": SOURCE,
-                "ingestion_column": "ingestion_ts",
-                "max_misalignment_threshold": size.threshold,
-            },
-        },
+        "sources": plays_sources({"max_misalignment_threshold": size.threshold}),
         "sinks": {"summary": {"type": "iceberg", "catalog": "lake", "table": TARGET, "time_column": "window_start"}},
     }
     path = run / "kappa.yaml"

@@ -264,22 +264,7 @@ def write_config(run: Path, lake: Path, day: Day) -> Path:
             "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
         },
         "catalogs": {"lake": bb.catalog_props(lake)},
-        "sources": {
-            "plays": {"type": "dynamic", "selected": "live-plays", "candidates": ["live-plays", "backfill-plays"]},
-            "live-plays": {
-                "type": "kafka",
-                "topics": TOPIC,
-                "bootstrap_servers": "127.0.0.1:9092",
-                "schema": "event_id STRING, account_id BIGINT, show_id BIGINT, event_ts TIMESTAMP",
-                "ingestion_column": "ingestion_ts",
-            },
-            "backfill-plays": {
-                "type": "iceberg",
-                "catalog": "lake",
-                "table": SOURCE,
-                "ingestion_column": "ingestion_ts",
-            },
-        },
+        "sources": bb.plays_sources(),
         "sinks": {SINK: {"type": "iceberg", "catalog": "lake", "table": TARGET, "time_column": "window_start"}},
     }
     path = run / "kappa.yaml"
