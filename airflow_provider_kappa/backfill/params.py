@@ -309,7 +309,8 @@ PARAMS: tuple[Param, ...] = (
         "--mode",
         "enum",
         "sequential: one shared checkpoint, slices in order (exact for any stateful job); "
-        "parallel: independent slices (state spanning at most warmup)",
+        "parallel: independent slices (state spanning at most warmup), at once in the DAG; kappa backfill "
+        "runs them one after the other",
         lambda cfg, v: cfg.backfill.mode,
         "backfill.mode, else sequential",
         identity="mode",

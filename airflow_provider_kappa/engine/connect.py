@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_kappa.engine.base import Engine, SliceRunRequest
-from airflow_provider_kappa.engine.connect_runner import GAVE_UP_EXIT
+from airflow_provider_kappa.engine.connect_runner import GAVE_UP_EXIT, TOKEN_ENV
 from airflow_provider_kappa.engine.connect_server import (
-    TOKEN_ENV,
     LocalConnectServer,
     configured_url,
     ensure_server,
@@ -52,6 +51,9 @@ from airflow_provider_kappa.job.config import JobConfig
 log = logging.getLogger(__name__)
 
 RUNNER_MODULE = "airflow_provider_kappa.engine.connect_runner"
+#: Seconds after a slice's runner starts before :class:`ConnectEngine` starts the next slice's spare
+#: runner: past the slice's own start, so the spare's imports do not compete with it for the cores.
+SPARE_AFTER_SECONDS = 2.0
 
 
 # --------------------------------------------------------------------------- one run
@@ -132,6 +134,62 @@ def write_conf_file(conf: Mapping[str, str], path: Path) -> Path:
     return path
 
 
+class SpareRunner:
+    """A runner child started before its run (``connect_runner --wait``): it imports pyspark's Spark
+    Connect client and the job's kappa modules (~0.7 s of CPU) while the slice before it runs, then
+    takes its run from stdin (:meth:`take`). Each slice still runs in a process of its own; only the
+    imports move off the critical path. It dies with the thread that started it (SIGTERM)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [sys.executable, "-m", RUNNER_MODULE, "--wait"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **spark_env()},
+            **child_options(signal.SIGTERM),
+        )
+
+    def take(self, run: Mapping[str, Any]) -> subprocess.Popen[bytes] | None:
+        """Give the runner ``run`` (the JSON line :func:`connect_runner.take_run
+        <airflow_provider_kappa.engine.connect_runner.take_run>` reads) and hand over its process;
+        ``None`` when it is gone (the caller starts a runner of its own)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        assert proc.stdin is not None
+        try:
+            if proc.poll() is not None:
+                raise BrokenPipeError(f"exit code {proc.returncode}")
+            proc.stdin.write(json.dumps(dict(run)).encode() + b"\n")
+            proc.stdin.close()
+        except OSError as e:
+            log.warning("the spare Spark Connect runner (pid %d) is gone (%s); starting a new one", proc.pid, e)
+            _end(proc)
+            return None
+        return proc
+
+    def close(self) -> None:
+        """End the runner if it was not taken (end of input: it exits 0 after its imports)."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            _end(proc)
+
+
+def _end(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """End an idle runner: SIGTERM, then SIGKILL after ``grace`` seconds; its output is dropped."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            stream.close()
+
+
 def run_application(
     application: str | Path,
     conf: Mapping[str, str],
@@ -143,6 +201,8 @@ def run_application(
     owned: bool = False,
     session_id: str | None = None,
     token: str | None = None,
+    spare: SpareRunner | None = None,
+    while_running: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``application`` once as a Spark Connect session of the server at ``url``.
 
@@ -158,7 +218,12 @@ def run_application(
         server keys: they are not reported as left out.
     :param session_id: the session's id (a UUID; default a new one): the session the runner opens,
         and the one :func:`stop_session` ends if the runner cannot.
-    :param token: the token of a kappa-owned server (given to the runner by environment).
+    :param token: the token of a kappa-owned server (given to the runner by environment, or on a
+        spare runner's stdin).
+    :param spare: a runner started ahead (:class:`SpareRunner`) to run this in; a fresh one when
+        it is ``None`` or gone.
+    :param while_running: called once, from this thread, :data:`SPARE_AFTER_SECONDS` into the run
+        (``ConnectEngine`` starts the next slice's spare there).
     :returns: the ``StreamingQueryProgress`` records of the run, in order.
     :raises KappaEngineError: the session fails (the tail of its output in the message) or the server goes away.
 
@@ -174,24 +239,29 @@ def run_application(
     progress_file = work / "progress.jsonl"
     cmd = _runner_command(application, conf_file, progress_file)
     session_id = session_id or str(uuid.uuid4())
-    env = client_env(with_session_id(url, session_id), token)
-    log.info("%s: Spark Connect session %s on %s: %s", name, session_id, redact_url(url), " ".join(cmd))
+    remote = with_session_id(url, session_id)
     tail: deque[str] = deque(maxlen=40)
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        **child_options(signal.SIGTERM),
-    )
+    run = {"remote": remote, "token": token, "conf_file": str(conf_file), "progress_file": str(progress_file)}
+    proc = spare.take({**run, "application": str(application), "args": []}) if spare is not None else None
+    if proc is not None:
+        log.info("%s: Spark Connect session %s on %s: spare runner %d", name, session_id, redact_url(url), proc.pid)
+    else:
+        log.info("%s: Spark Connect session %s on %s: %s", name, session_id, redact_url(url), " ".join(cmd))
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=client_env(remote, token),
+            **child_options(signal.SIGTERM),
+        )
 
     def stop() -> None:
         stop_run(proc, url, session_id, token=token)
 
     with RUNNING.run(f"Spark Connect session {session_id} ({name})", stop):
         try:
-            gone = _follow(proc, tail, name, url, server_alive)
+            gone = _follow(proc, tail, name, url, server_alive, while_running)
         except BaseException:
             stop()
             raise
@@ -256,15 +326,24 @@ def _check_run_ended(
 
 
 def _follow(
-    proc: subprocess.Popen[bytes], tail: deque[str], name: str, url: str, server_alive: Callable[[], bool] | None
+    proc: subprocess.Popen[bytes],
+    tail: deque[str],
+    name: str,
+    url: str,
+    server_alive: Callable[[], bool] | None,
+    while_running: Callable[[], None] | None = None,
 ) -> float | None:
-    """Log the runner's output until it ends; return when the server was found gone (``None``: it was not)."""
+    """Log the runner's output until it ends (calling ``while_running`` once, :data:`SPARE_AFTER_SECONDS`
+    in); return when the server was found gone (``None``: it was not)."""
     gone: float | None = None
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
     pending = b""
-    last_check = time.monotonic()
+    last_check = started = time.monotonic()
     while True:
+        if while_running is not None and time.monotonic() - started >= SPARE_AFTER_SECONDS:
+            while_running, call = None, while_running
+            call()
         chunk = proc.stdout.read()
         if chunk:
             pending += chunk
@@ -309,6 +388,11 @@ class ConnectEngine(Engine):
     slice tasks of an Airflow backfill, on the server its setup task started, count and recycle it
     together (:func:`~airflow_provider_kappa.engine.shared_server.shared_session`).
 
+    After :meth:`start` (``kappa backfill``: many slices in this process, one after the other), each
+    slice runs in a :class:`SpareRunner` started while the slice before it ran (the first one while
+    the snapshot and plan run), so the runner's imports are not on the slices' path; :meth:`stop`
+    ends the one left over. An Airflow slice task runs one slice and starts its runner then.
+
     :param cfg: the job config.
     :param state_file: the state file of the server kappa owns for this backfill
         (:func:`~airflow_provider_kappa.job.checkpoints.connect_state_path`).
@@ -326,6 +410,8 @@ class ConnectEngine(Engine):
         self.url = url
         self._owned: LocalConnectServer | None = None
         self._sessions = 0  # sessions run on the owned server since it started
+        self._spare: SpareRunner | None = None
+        self._spares = False  # start() was called: more slices follow in this process
 
     def owned_token(self, url: str) -> str | None:
         """The token of the kappa-owned server at ``url`` (from its state file); ``None`` for another server."""
@@ -342,7 +428,9 @@ class ConnectEngine(Engine):
 
     def start(self) -> None:
         """Start the kappa-owned local server unless a server is given (``url``, ``job.connect``)
-        or already running; idempotent."""
+        or already running, and the first slice's spare runner; idempotent."""
+        self._spares = True
+        self._next_spare()
         if self.url or configured_url(self.cfg) or self._owned is not None:
             return
         state = read_state(self.state_file)
@@ -359,7 +447,12 @@ class ConnectEngine(Engine):
         return self._owned
 
     def stop(self) -> None:
-        """Stop the server :meth:`start` started (a given or configured server is never stopped)."""
+        """Stop the spare runner and the server :meth:`start` started (a given or configured server is
+        never stopped)."""
+        self._spares = False
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
         if self._owned is not None:
             self._owned.stop()
             self._owned = None
@@ -381,6 +474,15 @@ class ConnectEngine(Engine):
             # Not fatal on purpose: the epoch taken next fences that session's query out whatever it
             # does; the retry must not fail because an old session could not be reached.
             log.warning("slice %s: the previous attempt's Spark Connect session was not stopped: %s", slice_id, e)
+
+    def _next_spare(self) -> None:
+        """Start the next slice's spare runner, once :meth:`start` was called and none is waiting."""
+        if not self._spares or self._spare is not None:
+            return
+        try:
+            self._spare = SpareRunner()
+        except OSError as e:  # the slice starts a runner of its own instead; not a reason to fail
+            log.warning("no spare Spark Connect runner (%s: %s); the next slice starts its own", type(e).__name__, e)
 
     def _recycle(self) -> None:
         """Restart the owned server once it ran :func:`recycle_every` sessions (see the class docstring)."""
@@ -438,17 +540,25 @@ class ConnectEngine(Engine):
         )
         state = read_state(self.state_file)
         owned = state is not None and state.url == url
-        progress = run_application(
-            request.application,
-            request.conf,
-            url=url,
-            work=request.private,
-            name=request.name,
-            server_alive=state.alive if owned and state else None,
-            owned=owned,
-            session_id=session_id,
-            token=state.token if owned and state else None,
-        )
+        spare, self._spare = self._spare, None
+        try:
+            progress = run_application(
+                request.application,
+                request.conf,
+                url=url,
+                work=request.private,
+                name=request.name,
+                server_alive=state.alive if owned and state else None,
+                owned=owned,
+                session_id=session_id,
+                token=state.token if owned and state else None,
+                spare=spare,
+                while_running=self._next_spare,
+            )
+        finally:
+            if spare is not None:
+                spare.close()  # not taken: the run failed before it started
+        self._next_spare()
         self.store.record_session(
             request.slice_id, request.epoch, None
         )  # released: nothing for the next attempt to stop

@@ -2,6 +2,12 @@
 
 ``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --conf-file F --progress-file P APP [ARGS...]``
 
+``python -m airflow_provider_kappa.engine.connect_runner --wait``: a spare runner. It imports what a
+run needs (:data:`PRELOAD`), then reads its run from stdin, one JSON line
+``{"remote", "token", "conf_file", "progress_file", "application", "args"}``, and runs it as below; at
+end of input without a line it exits 0. The launcher starts it while the slice before runs, so the
+imports are off the next slice's critical path (:class:`~airflow_provider_kappa.engine.connect.SpareRunner`).
+
 ``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --stop-session``: reattach to the
 session named by the URL's ``session_id`` parameter, stop its streaming queries, interrupt its
 operations and release it (a killed runner left them running in the server); exit 0, also when
@@ -30,6 +36,7 @@ A Spark Connect client: imports pyspark, never Airflow.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import runpy
@@ -43,6 +50,18 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_kappa.spark.conf_keys import PREFIX
+
+#: The pre-shared token of a Spark Connect server (read by the server and by pyspark's client).
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+#: What a spare runner (``--wait``) imports before its run comes: pyspark's Spark Connect client and
+#: the modules the job's ``read_source`` / ``write_sink`` load in it.
+PRELOAD = (
+    "pyspark.sql.connect.session",
+    "pyspark.sql.connect.functions",
+    "pyspark.sql.connect.streaming.query",
+    "pyspark.sql.streaming.listener",
+    "airflow_provider_kappa.spark.resolve",
+)
 
 #: How long to wait, after the job returns, for the listener to receive the last events.
 DRAIN_SECONDS = 30.0
@@ -157,11 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--remote", default=os.environ.get("SPARK_REMOTE"), help="sc://host:port (default $SPARK_REMOTE)"
     )
     parser.add_argument("--stop-session", action="store_true", help="end the URL's session_id session and exit")
+    parser.add_argument("--wait", action="store_true", help="import first, then read the run from stdin (JSON)")
     parser.add_argument("--conf-file", type=Path)
     parser.add_argument("--progress-file", type=Path)
     parser.add_argument("application", type=Path, nargs="?")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.wait and not take_run(args):
+        return 0
     if not args.remote:
         parser.error("no Spark Connect URL: give --remote or set SPARK_REMOTE")
     if args.stop_session:
@@ -204,6 +226,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         _stop(spark, listener)
     return code
+
+
+def take_run(args: argparse.Namespace) -> bool:
+    """A spare runner's wait (``--wait``): import :data:`PRELOAD`, then read the run from stdin into
+    ``args`` (its token into the environment, where pyspark's client reads it). ``False`` at end of
+    input without a run: the launcher no longer needs this runner."""
+    for module in PRELOAD:
+        importlib.import_module(module)
+    line = sys.stdin.readline()
+    if not line.strip():
+        return False
+    try:
+        run = json.loads(line)
+        args.remote = str(run["remote"])
+        args.conf_file, args.progress_file = Path(run["conf_file"]), Path(run["progress_file"])
+        args.application, args.args = Path(run["application"]), [str(a) for a in run.get("args", [])]
+        token = run.get("token")
+    except (ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"connect_runner: the run read from stdin is not valid: {type(e).__name__}: {e}") from e
+    if token is not None:
+        os.environ[TOKEN_ENV] = str(token)
+    return True
 
 
 def stop_session(remote: str) -> int:

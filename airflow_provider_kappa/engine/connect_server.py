@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from airflow_provider_kappa.engine.connect_runner import TOKEN_ENV
 from airflow_provider_kappa.engine.iceberg_spark import iceberg_spark_conf
 from airflow_provider_kappa.engine.processes import child_options
 from airflow_provider_kappa.engine.processes import start_ticks as _start_ticks
@@ -50,8 +51,6 @@ WARM_DAEMON_MODULE = "airflow_provider_kappa.spark.warm_daemon"
 #: benchmarks/README.md measures ~6 s -> ~2 s of fixed cost per slice); unset or ``0``: Spark's own.
 WARM_DAEMON_ENV = "KAPPA_WARM_DAEMON"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-#: The pre-shared token of a Spark Connect server (read by the server and by pyspark's client).
-TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 STARTED_LINE = "Spark Connect server started"
 #: Static SQL confs (set only when a Spark application starts), though named ``spark.sql.*``.
 STATIC_SQL_PREFIXES = (

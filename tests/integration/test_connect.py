@@ -64,6 +64,44 @@ def test_the_runner_gives_the_unchanged_job_its_session_and_refuses_server_keys(
     assert connect_server.alive()  # a session's end never stops the server
 
 
+def test_a_spare_runner_runs_its_slice_and_a_dead_one_gives_way_to_a_fresh_runner(
+    tmp_path: Path, connect_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A spare (``--wait``) gets its run, the server's token included, on stdin and runs the unchanged
+    job in its session; one that died before its run leaves the slice to a runner of its own."""
+    from airflow_provider_kappa.engine.connect import SpareRunner, run_application
+
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    conf = {"spark.kappa.job": "t", "spark.sql.shuffle.partitions": "3"}
+    server = connect_server.server  # its plain URL: the token goes on the spare's stdin
+    caplog.set_level("INFO", logger="airflow_provider_kappa.engine.connect")
+    spare = SpareRunner()
+    assert spare.proc is not None
+    pid = spare.proc.pid
+    run_application(app, conf, url=server.url, work=tmp_path / "a", name="a", token=server.token, spare=spare)
+    assert f"spare runner {pid}" in caplog.text and "connect True t 3" in caplog.text
+    caplog.clear()
+    dead = SpareRunner()
+    assert dead.proc is not None
+    dead.proc.kill()
+    dead.proc.wait()
+    run_application(app, conf, url=server.url, work=tmp_path / "b", name="b", token=server.token, spare=dead)
+    assert "the spare Spark Connect runner" in caplog.text and "is gone" in caplog.text, caplog.text
+    assert "connect True t 3" in caplog.text
+
+
+def test_a_spare_runner_ends_quietly_without_a_run_and_names_a_bad_one() -> None:
+    """End of input before a run: exit 0 (the launcher had no slice left); a line that is not a run:
+    exit 1 naming what is wrong."""
+    cmd = [sys.executable, "-m", RUNNER, "--wait"]
+    unused = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=120)
+    assert unused.returncode == 0, unused.stderr
+    bad = subprocess.run(cmd, input='{"remote": "sc://127.0.0.1:1"}\n', capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1
+    assert "connect_runner: the run read from stdin is not valid: KeyError: 'conf_file'" in bad.stderr
+
+
 def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact(
     tmp_path: Path, catalog_props: dict[str, str], catalog: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -147,7 +185,8 @@ def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_c
 ) -> None:
     """Spark keeps each session's Python planner daemons for the server's life (about five per slice):
     with ``KAPPA_CONNECT_RECYCLE_EVERY=2``, four slices run on two servers one after the other, the
-    daemons under a server stay those of at most two sessions, and the backfill is exact."""
+    daemons under a server stay those of at most two sessions, and the backfill is exact. Every slice
+    runs in a spare runner started ahead of it (``--wait``), none is left at the end."""
     import psutil  # type: ignore[import-untyped]
     import pyarrow as pa
     from lake import sessions_arrow
@@ -161,11 +200,23 @@ def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_c
     checkpoints = tmp_path / "checkpoints"
     servers: set[int] = set()
     most = [0]
+    runners: dict[str, set[int]] = {"--wait": set(), "--conf-file": set()}
     done = threading.Event()
+
+    def sample_runners() -> None:
+        """This process's Connect runners: spares (``--wait``) and runners started for a slice alone."""
+        for p in psutil.Process().children(recursive=True):
+            try:
+                cmd = p.cmdline()
+            except psutil.Error:
+                continue
+            if RUNNER in cmd:
+                runners["--wait" if "--wait" in cmd else "--conf-file"].add(p.pid)
 
     def sample() -> None:
         """The most ``pyspark.daemon`` processes under one server (Spark starts them as its children)."""
         while not done.is_set():
+            sample_runners()
             for state_file in checkpoints.rglob("connect/server.json"):
                 state = read_state(state_file)
                 if state is None:
@@ -201,3 +252,8 @@ def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_c
     target = catalog.load_table("prod.playback_sessions")
     assert sorted_rows(target) == sorted_rows(pa.Table.from_pylist(expected, schema=sessions_arrow()))
     assert not list(checkpoints.rglob("connect/server.json"))  # the last server stopped at the end
+    # every slice ran in a spare started ahead, plus the one left for a fifth slice, ended at the stop
+    assert runners["--conf-file"] == set() and len(runners["--wait"]) >= 4, runners
+    runners["--wait"].clear()
+    sample_runners()
+    assert runners["--wait"] == set(), runners
