@@ -233,7 +233,10 @@ def take_run(args: argparse.Namespace) -> bool:
     ``args`` (its token into the environment, where pyspark's client reads it). ``False`` at end of
     input without a run: the launcher no longer needs this runner."""
     for module in PRELOAD:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ImportError as e:  # another pyspark release's layout: the run imports what it needs itself
+            print(f"connect_runner: {module} not imported ahead ({e}); the run imports what it uses", file=sys.stderr)
     line = sys.stdin.readline()
     if not line.strip():
         return False
