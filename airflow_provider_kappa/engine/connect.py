@@ -136,11 +136,20 @@ def write_conf_file(conf: Mapping[str, str], path: Path) -> Path:
 
 class SpareRunner:
     """A runner child started before its run (``connect_runner --wait``): it imports pyspark's Spark
-    Connect client and the job's kappa modules (~0.7 s of CPU) while the slice before it runs, then
-    takes its run from stdin (:meth:`take`). Each slice still runs in a process of its own; only the
-    imports move off the critical path. It dies with the thread that started it (SIGTERM)."""
+    Connect client and the job's kappa modules (~0.7 s of CPU) while the slice before it runs, and,
+    given the server (``url``), opens the run's session there ahead and runs a trivial query in it
+    (a new session's first query costs ~0.5 s on a warm server); then it takes its run from stdin
+    (:meth:`take`). Each slice still runs in a process and a session of its own; only their start
+    moves off the critical path. It dies with the thread that started it (SIGTERM).
 
-    def __init__(self) -> None:
+    :param url: the server the run will most likely use (``None``: nothing opened ahead); a run on
+        another server (a recycled one) releases the session opened ahead and opens its own.
+    :param token: the token of a kappa-owned server at ``url``.
+    """
+
+    def __init__(self, url: str | None = None, token: str | None = None) -> None:
+        self.url = url
+        self.session_id = str(uuid.uuid4())
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             [sys.executable, "-m", RUNNER_MODULE, "--wait"],
             stdin=subprocess.PIPE,
@@ -149,31 +158,55 @@ class SpareRunner:
             env={**os.environ, **spark_env()},
             **child_options(signal.SIGTERM),
         )
+        if url is not None:
+            self._send({"open": with_session_id(url, self.session_id), "token": token})
+
+    def _send(self, line: Mapping[str, Any]) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(dict(line)).encode() + b"\n")
+        self.proc.stdin.flush()
 
     def take(self, run: Mapping[str, Any]) -> subprocess.Popen[bytes] | None:
         """Give the runner ``run`` (the JSON line :func:`connect_runner.take_run
         <airflow_provider_kappa.engine.connect_runner.take_run>` reads) and hand over its process;
         ``None`` when it is gone (the caller starts a runner of its own)."""
-        proc, self.proc = self.proc, None
+        proc = self.proc
         if proc is None:
             return None
         assert proc.stdin is not None
         try:
             if proc.poll() is not None:
                 raise BrokenPipeError(f"exit code {proc.returncode}")
-            proc.stdin.write(json.dumps(dict(run)).encode() + b"\n")
+            self._send(run)
             proc.stdin.close()
         except OSError as e:
             log.warning("the spare Spark Connect runner (pid %d) is gone (%s); starting a new one", proc.pid, e)
-            _end(proc)
+            self.close()
             return None
+        self.proc = None
         return proc
 
-    def close(self) -> None:
-        """End the runner if it was not taken (end of input: it exits 0 after its imports)."""
+    def discard(self) -> None:
+        """End the runner now (SIGTERM), without releasing a session it opened ahead (its server is gone)."""
         proc, self.proc = self.proc, None
         if proc is not None:
             _end(proc)
+
+    def close(self, grace: float = 5.0) -> None:
+        """End the runner if it was not taken: end of input (it releases a session it opened ahead and
+        exits 0), then SIGTERM after ``grace`` seconds, SIGKILL after as many more."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            log.info("the spare Spark Connect runner (pid %d) did not end within %.0fs; stopping it", proc.pid, grace)
+        except OSError as e:  # its stdin already broken: it is gone or going
+            log.info("the spare Spark Connect runner (pid %d): %s", proc.pid, e)
+        _end(proc, grace)
 
 
 def _end(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
@@ -389,9 +422,10 @@ class ConnectEngine(Engine):
     together (:func:`~airflow_provider_kappa.engine.shared_server.shared_session`).
 
     After :meth:`start` (``kappa backfill``: many slices in this process, one after the other), each
-    slice runs in a :class:`SpareRunner` started while the slice before it ran (the first one while
-    the snapshot and plan run), so the runner's imports are not on the slices' path; :meth:`stop`
-    ends the one left over. An Airflow slice task runs one slice and starts its runner then.
+    slice runs in a :class:`SpareRunner` started while the slice before it ran, its imports done and
+    its session opened there (the first one only imports, while the snapshot and plan run), so neither
+    is on the slices' path; :meth:`stop` ends the one left over. An Airflow slice task runs one slice
+    and starts its runner then.
 
     :param cfg: the job config.
     :param state_file: the state file of the server kappa owns for this backfill
@@ -479,8 +513,12 @@ class ConnectEngine(Engine):
         """Start the next slice's spare runner, once :meth:`start` was called and none is waiting."""
         if not self._spares or self._spare is not None:
             return
+        url = self.url or configured_url(self.cfg)
+        state = read_state(self.state_file) if url is None else None
+        if state is not None and state.alive():
+            url = state.url
         try:
-            self._spare = SpareRunner()
+            self._spare = SpareRunner(url, state.token if state is not None and state.url == url else None)
         except OSError as e:  # the slice starts a runner of its own instead; not a reason to fail
             log.warning("no spare Spark Connect runner (%s: %s); the next slice starts its own", type(e).__name__, e)
 
@@ -494,6 +532,9 @@ class ConnectEngine(Engine):
             "daemons for the server's life)",
             self._sessions,
         )
+        if self._spare is not None:  # its session, opened ahead on this server, released while it runs
+            self._spare.close()
+            self._spare = None
         self._owned.stop()
         self._owned, self._sessions = None, 0
         self.start()
@@ -534,13 +575,19 @@ class ConnectEngine(Engine):
 
     def _run_session(self, request: SliceRunRequest, url: str, session_id: str) -> list[dict[str, Any]]:
         """Run the slice's application as session ``session_id`` of the server at ``url``, recorded
-        for the next attempt while it runs."""
+        for the next attempt while it runs (a spare runner's session, opened ahead on that server, is
+        that session)."""
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.url not in (None, url):
+            spare.discard()  # opened ahead on a server since restarted: the slice starts its own runner
+            spare = None
+        elif spare is not None and spare.url == url:
+            session_id = spare.session_id  # the session it opened ahead
         self.store.record_session(
             request.slice_id, request.epoch, {"server": redact_url(url), "session_id": session_id}
         )
         state = read_state(self.state_file)
         owned = state is not None and state.url == url
-        spare, self._spare = self._spare, None
         try:
             progress = run_application(
                 request.application,

@@ -3,10 +3,12 @@
 ``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --conf-file F --progress-file P APP [ARGS...]``
 
 ``python -m airflow_provider_kappa.engine.connect_runner --wait``: a spare runner. It imports what a
-run needs (:data:`PRELOAD`), then reads its run from stdin, one JSON line
-``{"remote", "token", "conf_file", "progress_file", "application", "args"}``, and runs it as below; at
-end of input without a line it exits 0. The launcher starts it while the slice before runs, so the
-imports are off the next slice's critical path (:class:`~airflow_provider_kappa.engine.connect.SpareRunner`).
+run needs (:data:`PRELOAD`); given a first line ``{"open": URL, "token"}`` it opens that session and runs
+a trivial query in it; then it reads its run from stdin, one JSON line
+``{"remote", "token", "conf_file", "progress_file", "application", "args"}``, and runs it as below (in
+the session opened ahead when ``remote`` is its URL); at end of input without a run it releases that
+session and exits 0. The launcher starts it while the slice before runs, so this is off the next
+slice's critical path (:class:`~airflow_provider_kappa.engine.connect.SpareRunner`).
 
 ``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --stop-session``: reattach to the
 session named by the URL's ``session_id`` parameter, stop its streaming queries, interrupt its
@@ -201,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.remote(args.remote).getOrCreate()
+    spark = getattr(args, "session", None) or SparkSession.builder.remote(args.remote).create()
     progress = ProgressFile(args.progress_file)
     args.progress_file.touch()
     code = 0
@@ -229,28 +231,73 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def take_run(args: argparse.Namespace) -> bool:
-    """A spare runner's wait (``--wait``): import :data:`PRELOAD`, then read the run from stdin into
-    ``args`` (its token into the environment, where pyspark's client reads it). ``False`` at end of
-    input without a run: the launcher no longer needs this runner."""
+    """A spare runner's wait (``--wait``): import :data:`PRELOAD`; open the session of an ``open``
+    line ahead (:func:`open_ahead`); then read the run into ``args`` (its token into the environment,
+    where pyspark's client reads it; ``args.session``: the session opened ahead, when the run's URL is
+    its URL). ``False`` at end of input without a run: the launcher no longer needs this runner (a
+    session opened ahead is released)."""
     for module in PRELOAD:
         try:
             importlib.import_module(module)
         except ImportError as e:  # another pyspark release's layout: the run imports what it needs itself
             print(f"connect_runner: {module} not imported ahead ({e}); the run imports what it uses", file=sys.stderr)
-    line = sys.stdin.readline()
-    if not line.strip():
+    run = _read_line()
+    opened = None
+    if run is not None and "open" in run:
+        opened = open_ahead(str(run["open"]), run.get("token"))
+        run = _read_line()
+    if opened is not None and run is not None and run.get("remote") == opened[0]:
+        args.session = opened[1]
+    elif opened is not None:
+        # no run came, or it is for another session: the one opened ahead is released (also the
+        # default session pyspark would otherwise hand the job)
+        if run is not None:
+            print("connect_runner: the run is on another server than the session opened ahead", file=sys.stderr)
+        opened[1].stop()
+    if run is None:
         return False
     try:
-        run = json.loads(line)
         args.remote = str(run["remote"])
         args.conf_file, args.progress_file = Path(run["conf_file"]), Path(run["progress_file"])
         args.application, args.args = Path(run["application"]), [str(a) for a in run.get("args", [])]
         token = run.get("token")
-    except (ValueError, KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:
         raise SystemExit(f"connect_runner: the run read from stdin is not valid: {type(e).__name__}: {e}") from e
     if token is not None:
         os.environ[TOKEN_ENV] = str(token)
     return True
+
+
+def open_ahead(remote: str, token: object) -> tuple[str, Any] | None:
+    """Open the session of ``remote`` (its ``session_id``) before the run comes and run a trivial
+    query in it: a session's first query pays the server's per-session set-up (~0.5 s measured on a
+    warm local server), now off the slice's path. Returns ``(remote, session)``; ``None`` when it
+    failed (said on stderr: the run then opens its session itself)."""
+    from pyspark.sql import SparkSession
+
+    if token is not None:
+        os.environ[TOKEN_ENV] = str(token)
+    try:
+        spark = SparkSession.builder.remote(remote).create()
+        spark.range(1).count()
+    except Exception as e:  # noqa: BLE001 - reported; the run connects on its own and reports its own errors
+        print(f"connect_runner: session not opened ahead ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
+    return remote, spark
+
+
+def _read_line() -> dict[str, Any] | None:
+    """The next JSON object on stdin; ``None`` at end of input."""
+    line = sys.stdin.readline()
+    if not line.strip():
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError as e:
+        raise SystemExit(f"connect_runner: the run read from stdin is not valid: {type(e).__name__}: {e}") from e
+    if not isinstance(data, dict):
+        raise SystemExit("connect_runner: the run read from stdin is not valid: not a JSON object")
+    return data
 
 
 def stop_session(remote: str) -> int:

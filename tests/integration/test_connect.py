@@ -68,7 +68,8 @@ def test_a_spare_runner_runs_its_slice_and_a_dead_one_gives_way_to_a_fresh_runne
     tmp_path: Path, connect_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A spare (``--wait``) gets its run, the server's token included, on stdin and runs the unchanged
-    job in its session; one that died before its run leaves the slice to a runner of its own."""
+    job in its session, the one it opened ahead when given the run's server; one that died before its
+    run leaves the slice to a runner of its own."""
     from airflow_provider_kappa.engine.connect import SpareRunner, run_application
 
     app = tmp_path / "app.py"
@@ -81,6 +82,35 @@ def test_a_spare_runner_runs_its_slice_and_a_dead_one_gives_way_to_a_fresh_runne
     pid = spare.proc.pid
     run_application(app, conf, url=server.url, work=tmp_path / "a", name="a", token=server.token, spare=spare)
     assert f"spare runner {pid}" in caplog.text and "connect True t 3" in caplog.text
+    caplog.clear()
+    # given the server, it opens the run's session ahead; the run is that session
+    ahead = SpareRunner(server.url, server.token)
+    (tmp_path / "ahead.py").write_text(APP + "print('session', spark.session_id)\n")
+    run_application(
+        tmp_path / "ahead.py",
+        conf,
+        url=server.url,
+        work=tmp_path / "c",
+        name="c",
+        token=server.token,
+        spare=ahead,
+        session_id=ahead.session_id,
+    )
+    assert f"session {ahead.session_id}" in caplog.text and "connect True t 3" in caplog.text, caplog.text
+    caplog.clear()
+    # one opened ahead on another server (a restarted one) gives way to the run's own session
+    elsewhere = SpareRunner(server.url, server.token)
+    run_application(
+        tmp_path / "ahead.py",
+        conf,
+        url=server.url + "/;user_id=kappa",
+        work=tmp_path / "d",
+        name="d",
+        token=server.token,
+        spare=elsewhere,
+    )
+    assert "the run is on another server than the session opened ahead" in caplog.text, caplog.text
+    assert f"session {elsewhere.session_id}" not in caplog.text and "connect True t 3" in caplog.text
     caplog.clear()
     dead = SpareRunner()
     assert dead.proc is not None
