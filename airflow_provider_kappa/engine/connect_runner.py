@@ -8,7 +8,7 @@ a trivial query in it; then it reads its run from stdin, one JSON line
 ``{"remote", "token", "conf_file", "progress_file", "application", "args"}``, and runs it as below (in
 the session opened ahead when ``remote`` is its URL); at end of input without a run it releases that
 session and exits 0. The launcher starts it while the slice before runs, so this is off the next
-slice's critical path (:class:`~airflow_provider_kappa.engine.connect.SpareRunner`).
+slice's critical path (:class:`~airflow_provider_kappa.engine.spare_runner.SpareRunner`).
 
 ``python -m airflow_provider_kappa.engine.connect_runner [--remote URL] --stop-session``: reattach to the
 session named by the URL's ``session_id`` parameter, stop its streaming queries, interrupt its
@@ -53,6 +53,8 @@ from typing import Any
 
 from airflow_provider_kappa.spark.conf_keys import PREFIX
 
+#: This module, run as ``python -m`` by the launcher.
+RUNNER_MODULE = "airflow_provider_kappa.engine.connect_runner"
 #: The pre-shared token of a Spark Connect server (read by the server and by pyspark's client).
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 #: What a spare runner (``--wait``) imports before its run comes: pyspark's Spark Connect client and

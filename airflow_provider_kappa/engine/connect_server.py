@@ -88,6 +88,13 @@ def redact_url(url: str) -> str:
     return url.split(";", 1)[0]
 
 
+def with_session_id(url: str, session_id: str) -> str:
+    """``url`` (``sc://host:port[/;params]``) with its ``session_id`` parameter set to ``session_id``."""
+    base, _, params = url.partition(";")
+    kept = [p for p in params.split(";") if p and not p.startswith("session_id=")]
+    return base.rstrip("/") + "/;" + ";".join([*kept, f"session_id={session_id}"])
+
+
 def configured_url(cfg: JobConfig) -> str | None:
     """The server of ``job.connect``: its ``url``, or its Airflow connection's URL through
     ``SparkConnectHook``; ``None`` when absent (kappa starts a local server).

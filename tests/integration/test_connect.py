@@ -70,7 +70,8 @@ def test_a_spare_runner_runs_its_slice_and_a_dead_one_gives_way_to_a_fresh_runne
     """A spare (``--wait``) gets its run, the server's token included, on stdin and runs the unchanged
     job in its session, the one it opened ahead when given the run's server; one that died before its
     run leaves the slice to a runner of its own."""
-    from airflow_provider_kappa.engine.connect import SpareRunner, run_application
+    from airflow_provider_kappa.engine.connect import run_application
+    from airflow_provider_kappa.engine.spare_runner import SpareRunner
 
     app = tmp_path / "app.py"
     app.write_text(APP)

@@ -380,7 +380,7 @@ def test_on_kill_of_a_connect_slice_stops_its_query_inside_the_server(
     would leave it running. The slice operator's ``on_kill`` (called while the run is live, as the
     task runner calls it) ends the runner and its session: the session is closed on the server (its
     queries stopped), the held micro-batch never commits, and the launcher fails."""
-    from airflow_provider_kappa.engine.connect import with_session_id
+    from airflow_provider_kappa.engine.connect_server import with_session_id
     from airflow_provider_kappa.operators.slice_run import KappaSliceRunOperator
 
     (held["folder"] / "connect").mkdir()

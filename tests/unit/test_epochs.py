@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from lake import create_summary_table, sorted_rows, summary_row, summary_table
 
-from airflow_provider_kappa.engine.connect import with_session_id
+from airflow_provider_kappa.engine.connect_server import with_session_id
 from airflow_provider_kappa.engine.processes import private_folder, start_ticks, sweep_private_folders
 from airflow_provider_kappa.exceptions import KappaConcurrencyError, KappaSupersededError
 from airflow_provider_kappa.job.checkpoints import CheckpointStore
