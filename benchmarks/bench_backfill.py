@@ -122,15 +122,16 @@ def catalog(lake: Path) -> Any:
 
 def prepare(lake: Path, size: Size) -> None:
     """The landed table (``bench_source.land``: one append per minute, late and offline events)
-    and the empty target table; reused while the parameters are unchanged."""
-    import bench_source as bs
-
-    from airflow_provider_kappa.demo.lake_schema import create_raw_table
-
+    and the empty target table; reused while the parameters are unchanged (so a lake made on one
+    pyspark release serves another: bench_source imports the newest's streaming API)."""
     marker = lake / "params.json"
     if marker.exists() and json.loads(marker.read_text()) == size.params():
         print(f"reusing the lake in {lake}", flush=True)
         return
+    import bench_source as bs
+
+    from airflow_provider_kappa.demo.lake_schema import create_raw_table
+
     shutil.rmtree(lake, ignore_errors=True)
     (lake / "warehouse").mkdir(parents=True)
     began = time.monotonic()
