@@ -279,11 +279,12 @@ def open_ahead(remote: str, token: object) -> tuple[str, Any] | None:
 
     if token is not None:
         os.environ[TOKEN_ENV] = str(token)
+    spark = SparkSession.builder.remote(remote).create()
     try:
-        spark = SparkSession.builder.remote(remote).create()
         spark.range(1).count()
     except Exception as e:  # noqa: BLE001 - reported; the run connects on its own and reports its own errors
         print(f"connect_runner: session not opened ahead ({type(e).__name__}: {e})", file=sys.stderr)
+        spark.stop()  # no longer pyspark's default session: the run's own is
         return None
     return remote, spark
 

@@ -113,6 +113,20 @@ def test_a_spare_runner_runs_its_slice_and_a_dead_one_gives_way_to_a_fresh_runne
     assert "the run is on another server than the session opened ahead" in caplog.text, caplog.text
     assert f"session {elsewhere.session_id}" not in caplog.text and "connect True t 3" in caplog.text
     caplog.clear()
+    # one that could not open its session ahead (here: a wrong token) leaves the run to open its own
+    refused = SpareRunner(server.url, "not-the-token")
+    run_application(
+        tmp_path / "ahead.py",
+        conf,
+        url=server.url,
+        work=tmp_path / "e",
+        name="e",
+        token=server.token,
+        spare=refused,
+        session_id=refused.session_id,
+    )
+    assert "connect_runner: session not opened ahead" in caplog.text and "connect True t 3" in caplog.text
+    caplog.clear()
     dead = SpareRunner()
     assert dead.proc is not None
     dead.proc.kill()
