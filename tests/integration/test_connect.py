@@ -74,64 +74,38 @@ def test_a_spare_runner_runs_its_slice_and_a_dead_one_gives_way_to_a_fresh_runne
     from airflow_provider_kappa.engine.spare_runner import SpareRunner
 
     app = tmp_path / "app.py"
-    app.write_text(APP)
-    conf = {"spark.kappa.job": "t", "spark.sql.shuffle.partitions": "3"}
+    app.write_text(APP + "print('session', spark.session_id)\n")
     server = connect_server.server  # its plain URL: the token goes on the spare's stdin
     caplog.set_level("INFO", logger="airflow_provider_kappa.engine.connect")
+
+    def run(spare: SpareRunner, url: str = server.url, session_id: str | None = None) -> str:
+        """The run in ``spare``; what it logged (the job's lines included)."""
+        caplog.clear()
+        work = tmp_path / spare.session_id
+        conf = {"spark.kappa.job": "t", "spark.sql.shuffle.partitions": "3"}
+        run_application(app, conf, url=url, work=work, name="s", token=server.token, spare=spare, session_id=session_id)
+        assert "connect True t 3" in caplog.text, caplog.text
+        return caplog.text
+
     spare = SpareRunner()
     assert spare.proc is not None
-    pid = spare.proc.pid
-    run_application(app, conf, url=server.url, work=tmp_path / "a", name="a", token=server.token, spare=spare)
-    assert f"spare runner {pid}" in caplog.text and "connect True t 3" in caplog.text
-    caplog.clear()
+    assert f"spare runner {spare.proc.pid}" in run(spare)
     # given the server, it opens the run's session ahead; the run is that session
     ahead = SpareRunner(server.url, server.token)
-    (tmp_path / "ahead.py").write_text(APP + "print('session', spark.session_id)\n")
-    run_application(
-        tmp_path / "ahead.py",
-        conf,
-        url=server.url,
-        work=tmp_path / "c",
-        name="c",
-        token=server.token,
-        spare=ahead,
-        session_id=ahead.session_id,
-    )
-    assert f"session {ahead.session_id}" in caplog.text and "connect True t 3" in caplog.text, caplog.text
-    caplog.clear()
+    assert f"session {ahead.session_id}" in run(ahead, session_id=ahead.session_id)
     # one opened ahead on another server (a restarted one) gives way to the run's own session
     elsewhere = SpareRunner(server.url, server.token)
-    run_application(
-        tmp_path / "ahead.py",
-        conf,
-        url=server.url + "/;user_id=kappa",
-        work=tmp_path / "d",
-        name="d",
-        token=server.token,
-        spare=elsewhere,
-    )
-    assert "the run is on another server than the session opened ahead" in caplog.text, caplog.text
-    assert f"session {elsewhere.session_id}" not in caplog.text and "connect True t 3" in caplog.text
-    caplog.clear()
+    text = run(elsewhere, url=server.url + "/;user_id=kappa")
+    assert "the run is on another server than the session opened ahead" in text
+    assert f"session {elsewhere.session_id}" not in text
     # one that could not open its session ahead (here: a wrong token) leaves the run to open its own
     refused = SpareRunner(server.url, "not-the-token")
-    run_application(
-        tmp_path / "ahead.py",
-        conf,
-        url=server.url,
-        work=tmp_path / "e",
-        name="e",
-        token=server.token,
-        spare=refused,
-        session_id=refused.session_id,
-    )
-    assert "connect_runner: session not opened ahead" in caplog.text and "connect True t 3" in caplog.text
-    caplog.clear()
+    assert "connect_runner: session not opened ahead" in run(refused, session_id=refused.session_id)
     dead = SpareRunner()
     assert dead.proc is not None
     dead.proc.kill()
     dead.proc.wait()
-    run_application(app, conf, url=server.url, work=tmp_path / "b", name="b", token=server.token, spare=dead)
+    run(dead)
     assert "the spare Spark Connect runner" in caplog.text and "is gone" in caplog.text, caplog.text
     assert "connect True t 3" in caplog.text
 
