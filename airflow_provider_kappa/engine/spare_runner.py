@@ -33,8 +33,9 @@ class SpareRunner:
     (:meth:`take`). Each slice still runs in a process and a session of its own; only their start
     moves off the critical path. It dies with the thread that started it (SIGTERM).
 
-    :param url: the server the run will most likely use (``None``: nothing opened ahead); a run on
-        another server (a recycled one) releases the session opened ahead and opens its own.
+    :param url: the server the run will most likely use (``None``: nothing opened ahead). The engine
+        ends a spare whose server was restarted since (:meth:`discard`); a runner given a run on
+        another URL all the same releases the session opened ahead and opens its own.
     :param token: the token of a kappa-owned server at ``url``.
     """
 
