@@ -179,8 +179,15 @@ def run_application(
     session_id = session_id or str(uuid.uuid4())
     remote = with_session_id(url, session_id)
     tail: deque[str] = deque(maxlen=40)
-    run = {"remote": remote, "token": token, "conf_file": str(conf_file), "progress_file": str(progress_file)}
-    proc = spare.take({**run, "application": str(application), "args": []}) if spare is not None else None
+    run = {
+        "remote": remote,
+        "token": token,
+        "conf_file": str(conf_file),
+        "progress_file": str(progress_file),
+        "application": str(application),
+        "args": [],
+    }
+    proc = spare.take(run) if spare is not None else None
     if proc is not None:
         log.info("%s: Spark Connect session %s on %s: spare runner %d", name, session_id, redact_url(url), proc.pid)
     else:
@@ -418,12 +425,9 @@ class ConnectEngine(Engine):
         """Start the next slice's spare runner, once :meth:`start` was called and none is waiting."""
         if not self._spares or self._spare is not None:
             return
-        url = self.url or configured_url(self.cfg)
-        state = read_state(self.state_file) if url is None else None
-        if state is not None and state.alive():
-            url = state.url
+        url = self.server_url()
         try:
-            self._spare = SpareRunner(url, state.token if state is not None and state.url == url else None)
+            self._spare = SpareRunner(url, self.owned_token(url) if url is not None else None)
         except OSError as e:  # the slice starts a runner of its own instead; not a reason to fail
             log.warning("no spare Spark Connect runner (%s: %s); the next slice starts its own", type(e).__name__, e)
 
