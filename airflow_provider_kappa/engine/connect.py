@@ -179,15 +179,8 @@ def run_application(
     session_id = session_id or str(uuid.uuid4())
     remote = with_session_id(url, session_id)
     tail: deque[str] = deque(maxlen=40)
-    run = {
-        "remote": remote,
-        "token": token,
-        "conf_file": str(conf_file),
-        "progress_file": str(progress_file),
-        "application": str(application),
-        "args": [],
-    }
-    proc = spare.take(run) if spare is not None else None
+    run = {"remote": remote, "token": token, "conf_file": str(conf_file), "progress_file": str(progress_file)}
+    proc = spare.take({**run, "application": str(application), "args": []}) if spare is not None else None
     if proc is not None:
         log.info("%s: Spark Connect session %s on %s: spare runner %d", name, session_id, redact_url(url), proc.pid)
     else:
