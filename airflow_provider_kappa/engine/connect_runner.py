@@ -82,7 +82,10 @@ _PARENT = os.getppid()
 #: The exit code of a runner that gave up stopping its queries and session (the deadline, or a second
 #: SIGTERM): its launcher then releases the session itself.
 GAVE_UP_EXIT = 124
-_STOPPING = threading.Event()
+#: How often the stop's watch (:func:`watch_stop`) looks at the clock and at the launcher.
+WATCH_SECONDS = 0.1
+#: When the first SIGTERM came (``time.monotonic()``), set by :func:`_interrupt`; read by :func:`watch_stop`.
+_stop_since: float | None = None
 
 
 class ProgressFile:
@@ -200,7 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"application {str(args.application)!r} does not exist")
     conf = read_conf_file(args.conf_file)
     # SIGTERM (a killed task) ends like Ctrl-C: the queries and the session are stopped below,
-    # within STOP_SECONDS
+    # within STOP_SECONDS (ORPHAN_STOP_SECONDS once the launcher is gone), kept by a thread of its own
+    threading.Thread(target=watch_stop, name="kappa-stop-watch", daemon=True).start()
     signal.signal(signal.SIGTERM, _interrupt)
 
     from pyspark.sql import SparkSession
@@ -327,17 +331,32 @@ def stop_session(remote: str) -> int:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    """The first SIGTERM ends the run like Ctrl-C and gives the stop :data:`STOP_SECONDS`
-    (:data:`ORPHAN_STOP_SECONDS` when the launcher is gone); a second one, or the stop running out of
-    time (its server gone), ends the process at once."""
-    if _STOPPING.is_set():
+    """The first SIGTERM ends the run like Ctrl-C (:func:`watch_stop` keeps its deadline); a second one
+    ends the process at once. No thread is started here: a handler runs between two bytecodes of the
+    main thread, which may hold ``threading``'s own locks (starting a thread takes one)."""
+    global _stop_since
+    if _stop_since is not None:
         os._exit(GAVE_UP_EXIT)
-    _STOPPING.set()
-    budget = ORPHAN_STOP_SECONDS if os.getppid() != _PARENT else STOP_SECONDS
-    deadline = threading.Timer(budget, os._exit, args=(GAVE_UP_EXIT,))
-    deadline.daemon = True
-    deadline.start()
+    _stop_since = time.monotonic()
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def watch_stop() -> None:
+    """Ends the process (:data:`GAVE_UP_EXIT`) when a stop runs out of time: :data:`STOP_SECONDS` after
+    the first SIGTERM, or :data:`ORPHAN_STOP_SECONDS` after the launcher is gone, whether or not the
+    parent-death signal's handler got to run (the main thread may be stuck where no handler runs).
+    Runs as a daemon thread of the runner, started before the run."""
+    orphaned = None
+    while True:
+        now = time.monotonic()
+        if orphaned is None and os.getppid() != _PARENT:
+            orphaned = now
+        since = _stop_since
+        if (orphaned is not None and now - orphaned >= ORPHAN_STOP_SECONDS) or (
+            since is not None and now - since >= STOP_SECONDS
+        ):
+            os._exit(GAVE_UP_EXIT)
+        time.sleep(WATCH_SECONDS)
 
 
 def _stop(spark: Any, listener: Any) -> None:

@@ -198,7 +198,7 @@ def survivors(procs: dict[int, float], timeout: float = 30.0) -> list[str]:
     described = []
     for p in running():  # never leave them behind, whatever the test concludes
         try:
-            described.append(f"{p.pid} {' '.join(p.cmdline()[:3])}")
+            described.append(f"{p.pid} {' '.join(p.cmdline())[:300]}")
             p.kill()
         except psutil.Error:
             described.append(f"{p.pid} (gone while being described)")
@@ -362,6 +362,52 @@ def test_an_airflow_slice_task_killed_stops_its_spark_submit(held: dict[str, Any
     assert left == []
     states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
     assert states[("slice_sequential", 0)] == "failed"
+
+
+#: A Connect runner (its module imported, its stop watch running, no signal handler: nothing is sent)
+#: under a launcher that exits (``orphan``) or lives on, once the runner has read its launcher's pid.
+_RUNNER_UNDER_A_LAUNCHER = """
+import os, sys, threading, time
+r, w = os.pipe()
+if os.fork():
+    os.read(r, 1)
+    if sys.argv[1] == "orphan":
+        os._exit(0)
+    time.sleep(60)
+    os._exit(0)
+from airflow_provider_kappa.engine import connect_runner
+threading.Thread(target=connect_runner.watch_stop, daemon=True).start()
+print(os.getpid(), flush=True)
+os.write(w, b"x")
+time.sleep(60)
+"""
+
+
+def test_a_connect_runner_whose_launcher_is_gone_ends_within_its_orphan_budget_with_no_signal() -> None:
+    """The runner's stop watch ends it :data:`ORPHAN_STOP_SECONDS` after its launcher is gone, with no
+    signal at all (the parent-death signal's handler may never run on a stuck main thread: a CI run
+    once saw a runner outlive its SIGKILLed ``kappa backfill`` by 5 s); a runner whose launcher lives
+    keeps running."""
+    import psutil
+
+    from airflow_provider_kappa.engine.connect_runner import ORPHAN_STOP_SECONDS
+
+    launchers = {
+        how: subprocess.Popen([sys.executable, "-c", _RUNNER_UNDER_A_LAUNCHER, how], stdout=subprocess.PIPE, text=True)
+        for how in ("orphan", "lives")
+    }
+    runners = {how: psutil.Process(int(p.stdout.readline())) for how, p in launchers.items() if p.stdout}
+    try:
+        orphan = runners["orphan"]
+        assert survivors({orphan.pid: orphan.create_time()}, timeout=ORPHAN_STOP_SECONDS + 1.5) == []
+        assert runners["lives"].status() != psutil.STATUS_ZOMBIE
+    finally:
+        for p in launchers.values():
+            p.kill()
+            p.wait()
+        for runner in runners.values():
+            if runner.is_running():
+                runner.kill()
 
 
 def _cmdline(pid: int) -> list[str]:
