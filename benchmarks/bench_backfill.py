@@ -181,7 +181,9 @@ def plays_sources(backfill_keys: dict[str, str] | None = None) -> dict[str, Any]
     }
 
 
-def write_config(run: Path, lake: Path, size: Size, engine: str, extra_conf: dict[str, str]) -> Path:
+def write_config(
+    run: Path, lake: Path, size: Size, engine: str, extra_conf: dict[str, str], class_data_sharing: bool = True
+) -> Path:
     import yaml
 
     run.mkdir(parents=True, exist_ok=True)
@@ -193,6 +195,7 @@ def write_config(run: Path, lake: Path, size: Size, engine: str, extra_conf: dic
             "checkpoint_root": str(run / "checkpoints"),
             "master": "local[2]",
             "engine": engine,
+            "class_data_sharing": class_data_sharing,
             "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", **extra_conf},
         },
         "catalogs": {"lake": catalog_props(lake)},
@@ -229,12 +232,13 @@ def timed(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> dict[
 
 def run_kappa(work: Path, lake: Path, size: Size, variant: str, extra_conf: dict[str, str]) -> dict[str, Any]:
     """One ``kappa backfill`` through the console script; its figures and per-slice breakdown.
-    ``variant``: ``connect``, ``submit``, or ``connect-cold`` (engine connect, its local server
-    started without the warm daemon: ``KAPPA_WARM_DAEMON=0``)."""
+    ``variant``: ``connect``, ``submit``, ``connect-cold`` (engine connect, its local server
+    started without the warm daemon: ``KAPPA_WARM_DAEMON=0``) or ``<engine>-nocds`` (``job.class_data_sharing:
+    false``: no class archive for the drivers or the local server)."""
     run = work / f"kappa-{variant}"
     shutil.rmtree(run, ignore_errors=True)
-    engine = variant.removesuffix("-cold")
-    config = write_config(run, lake, size, engine, extra_conf)
+    engine = variant.removesuffix("-cold").removesuffix("-nocds")
+    config = write_config(run, lake, size, engine, extra_conf, class_data_sharing=not variant.endswith("-nocds"))
     kappa = str(Path(sys.executable).parent / "kappa")
     cmd = [
         kappa,
@@ -619,7 +623,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--engines",
         default=None,
-        help="comma-separated: connect, connect-cold (local server without the warm daemon), submit "
+        help="comma-separated: connect, connect-cold (local server without the warm daemon), connect-nocds "
+        "(job.class_data_sharing: false), submit "
         "(default connect,submit; connect with --quick; '' for none: the batch job and the floor)",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 20k rows over 1.5 h, 1 h window, 1 h slices")

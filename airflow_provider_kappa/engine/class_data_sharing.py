@@ -1,4 +1,5 @@
-"""Class data sharing (JDK AppCDS) for the driver JVM of every spark-submit kappa launches.
+"""Class data sharing (JDK AppCDS) for the driver JVM of every spark-submit kappa launches, and for
+the local Spark Connect server's JVM (an archive of its own, :func:`archive_key`'s ``main_class``).
 
 Each slice is a fresh JVM that loads some 22,000 classes from Spark's jars before its first
 micro-batch. The JDK can keep the classes one run loaded in an archive and map it into
@@ -74,13 +75,15 @@ def java_binary() -> Path | None:
     return Path(found).resolve() if found else None
 
 
-def archive_key(java: Path, home: Path, extra_classpath: str = "") -> str | None:
-    """A short hash naming the archive for this JDK, this Spark and this extra classpath;
-    None when Spark's jar folder is missing.
+def archive_key(java: Path, home: Path, extra_classpath: str = "", main_class: str | None = None) -> str | None:
+    """A short hash naming the archive for this JDK, this Spark, this extra classpath and this main
+    class; None when Spark's jar folder is missing.
 
     :param java: the java binary.
     :param home: the Spark home (holding ``jars/``).
     :param extra_classpath: ``spark.driver.extraClassPath`` (part of the JVM's class path).
+    :param main_class: a JVM that is not a job's driver (the local Spark Connect server): it loads
+        other classes, so it gets an archive of its own.
     """
     jars = home / "jars"
     if not jars.is_dir():
@@ -88,6 +91,8 @@ def archive_key(java: Path, home: Path, extra_classpath: str = "") -> str | None
     digest = hashlib.sha256()
     stat = java.stat()
     digest.update(f"{java}|{stat.st_size}|{stat.st_mtime_ns}|{extra_classpath}\n".encode())
+    if main_class is not None:
+        digest.update(f"main {main_class}\n".encode())
     for jar in sorted(jars.glob("*.jar")):
         digest.update(f"{jar.name}|{jar.stat().st_size}\n".encode())
     return digest.hexdigest()[:16]
@@ -137,6 +142,8 @@ def plan(
     driver_on_cluster: bool = False,
     home: Path | None = None,
     folder: Path | None = None,
+    main_class: str | None = None,
+    write: bool = True,
 ) -> ClassDataSharing | None:
     """Add class data sharing to a spark-submit's conf; None when it does not apply: the
     driver runs on a cluster (deploy mode ``cluster``: the archive is local), the user chose CDS
@@ -147,6 +154,9 @@ def plan(
     :param driver_on_cluster: the Spark connection's deploy mode is ``cluster``.
     :param home: the Spark home the connection names (default :func:`spark_home`).
     :param folder: where archives live (default :func:`cache_dir`).
+    :param main_class: the JVM's main class when it is not a job's driver (:func:`archive_key`).
+    :param write: write the archive when there is none (False: map one only; a JVM this process
+        will not see end cannot :meth:`~ClassDataSharing.keep` what it wrote).
     """
     if driver_on_cluster or conf.get("spark.submit.deployMode", "client") == "cluster":
         return None
@@ -156,7 +166,7 @@ def plan(
     java, home = java_binary(), home or spark_home()
     if java is None or home is None:
         return None
-    key = archive_key(java, home, conf.get("spark.driver.extraClassPath", ""))
+    key = archive_key(java, home, conf.get("spark.driver.extraClassPath", ""), main_class)
     if key is None:
         return None
     folder = folder or cache_dir()
@@ -166,6 +176,8 @@ def plan(
         _mark_used(archive)
         out[JAVA_OPTIONS] = " ".join(filter(None, [user, f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", _QUIET]))
         return ClassDataSharing(conf=out, archive=archive)
+    if not write:
+        return None
     folder.mkdir(parents=True, exist_ok=True)
     sharing = ClassDataSharing(conf=out, archive=archive)
     if not _take(sharing.lock):

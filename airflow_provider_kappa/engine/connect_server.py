@@ -34,6 +34,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from airflow_provider_kappa.engine.class_data_sharing import ClassDataSharing
+from airflow_provider_kappa.engine.class_data_sharing import plan as plan_class_data_sharing
 from airflow_provider_kappa.engine.connect_runner import TOKEN_ENV
 from airflow_provider_kappa.engine.iceberg_spark import iceberg_spark_conf
 from airflow_provider_kappa.engine.processes import child_options
@@ -227,6 +229,10 @@ class LocalConnectServer:
     :param state_file: where to record its state (default ``<work>/server.json``).
     :param die_with_parent: the server ends when this process dies, SIGKILL included (a parent-death
         signal: ``kappa backfill``'s own server); leave False for a server other processes keep using.
+    :param write_archive: its JVM maps the machine's class archive for Connect servers
+        (:mod:`~airflow_provider_kappa.engine.class_data_sharing`, unless ``job.class_data_sharing``
+        is false) and, when there is none yet, writes it at exit, kept once :meth:`stop` saw it end
+        cleanly; False: map only (a server another process stops).
     """
 
     def __init__(
@@ -239,8 +245,12 @@ class LocalConnectServer:
         conf: Mapping[str, str] | None = None,
         state_file: Path | None = None,
         die_with_parent: bool = False,
+        write_archive: bool = True,
     ) -> None:
         self.die_with_parent = die_with_parent
+        self.class_data_sharing = cfg.job.class_data_sharing if cfg else True
+        self.write_archive = write_archive
+        self.sharing: ClassDataSharing | None = None
         self.master = master or (cfg.job.master if cfg else "local[*]")
         # kappa's own server: with Iceberg's Spark runtime where the job declares an Iceberg catalog
         self.conf = split_conf(iceberg_spark_conf(cfg.job.spark_conf))[1] if cfg else dict(conf or {})
@@ -291,7 +301,9 @@ class LocalConnectServer:
             "spark.connect.grpc.binding.port": str(port),
             "spark.connect.grpc.binding.address": "127.0.0.1",
         }
-        props = write_properties_file(conf, self.work / "server.properties")
+        if self.class_data_sharing and self.sharing is None:
+            self.sharing = plan_class_data_sharing(conf, main_class=SERVER_CLASS, write=self.write_archive)
+        props = write_properties_file(self.sharing.conf if self.sharing else conf, self.work / "server.properties")
         return [
             spark_submit,
             "--master",
@@ -396,6 +408,14 @@ class LocalConnectServer:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     pass
+        if self.sharing is not None:
+            # the archive its JVM wrote at exit: kept when it ended on the SIGTERM (143) or by itself
+            code = self.proc.returncode if self.proc is not None else None
+            if code in (0, 128 + signal.SIGTERM):
+                self.sharing.keep()
+            else:
+                self.sharing.abandon()
+            self.sharing = None
         stop_owned(self.state_file)
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
@@ -430,7 +450,7 @@ def ensure_server(cfg: JobConfig, state_file: Path) -> ServerState:
     if state is not None:
         log.warning("Spark Connect server %s (pid %d) is gone; starting a new one", state.url, state.pid)
         stop_group(state.pid, state.start_ticks)
-    server = LocalConnectServer(cfg, state_file.parent, state_file=state_file)
+    server = LocalConnectServer(cfg, state_file.parent, state_file=state_file, write_archive=False)
     server.start()
     assert server.state is not None
     return server.state

@@ -108,6 +108,20 @@ def test_the_archive_key_follows_spark_java_and_class_path(home: Path) -> None:
     assert key != cds.archive_key(java, home, "/opt/extra.jar")
     (home / "jars" / "kafka.jar").write_bytes(b"z")
     assert key != cds.archive_key(java, home)
+    # a JVM that is not a job's driver (the local Connect server) gets an archive of its own
+    assert cds.archive_key(java, home, main_class="org.example.Server") not in (key, cds.archive_key(java, home))
+
+
+def test_a_jvm_that_may_only_map_writes_no_archive(tmp_path: Path, home: Path) -> None:
+    folder = tmp_path / "cache"
+    assert cds.plan({}, home=home, folder=folder, write=False) is None
+    assert not folder.exists()
+    first = cds.plan({}, home=home, folder=folder)
+    assert first is not None and first.writing is not None
+    first.writing.write_bytes(b"archive")
+    first.keep()
+    mapped = cds.plan({}, home=home, folder=folder, write=False)
+    assert mapped is not None and mapped.writing is None and f"SharedArchiveFile={first.archive}" in options(mapped)
 
 
 APP = """
@@ -136,6 +150,37 @@ def test_real_spark_submits_write_then_map_the_archive(tmp_path: Path, monkeypat
     context = [line for line in loads.read_text().splitlines() if " org.apache.spark.SparkContext " in line]
     assert context and "shared objects file (top)" in context[0], context
     assert "SharedArchiveFile" in (tmp_path / "two.properties").read_text()
+
+
+def test_a_local_connect_server_writes_its_own_archive_when_stopped_and_the_next_one_maps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kappa's local Spark Connect server: the first on the machine writes an archive of its own (not
+    a driver's) as its JVM ends on the stop's SIGTERM; the next server's JVM maps it (seen in its
+    memory maps); a server another process will stop (``write_archive=False``) only maps."""
+    from airflow_provider_kappa.engine.connect_server import SERVER_CLASS, LocalConnectServer
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(cds.CACHE_ENV, str(cache))
+    conf = {"spark.ui.enabled": "false"}
+    unwritten = LocalConnectServer(None, tmp_path / "none", master="local[1]", conf=conf, write_archive=False)
+    unwritten.command(15002)
+    assert unwritten.sharing is None and not cache.exists()
+
+    with LocalConnectServer(None, tmp_path / "first", master="local[1]", conf=conf) as first:
+        assert first.sharing is not None and first.sharing.writing is not None
+        archive = first.sharing.archive
+    assert archive.is_file() and archive.stat().st_size > 1_000_000
+    assert not list(cache.glob("*.lock")) and not list(cache.glob("*.tmp"))
+    java, home = cds.java_binary(), cds.spark_home()
+    assert java is not None and home is not None
+    assert archive.name == f"spark-{cds.archive_key(java, home, main_class=SERVER_CLASS)}.jsa"
+
+    with LocalConnectServer(None, tmp_path / "next", master="local[1]", conf=conf, write_archive=False) as server:
+        assert server.sharing is not None and server.sharing.writing is None
+        assert server.proc is not None
+        assert str(archive) in Path(f"/proc/{server.proc.pid}/maps").read_text()
+    assert archive.is_file()
 
 
 def test_job_class_data_sharing_false_leaves_the_conf_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -39,7 +39,9 @@ def connect_server() -> Iterator[object]:
     from airflow_provider_kappa.engine.connect_server import LocalConnectServer
 
     work = Path(tempfile.mkdtemp(prefix="kappa-test-connect-"))
-    server = LocalConnectServer(None, work, master="local[2]", conf=SERVER_CONF)
+    # maps the session's server class archive if one is there, never writes it: it would hold the
+    # archive's lock for the whole session, so no kappa-owned server of the session would write one
+    server = LocalConnectServer(None, work, master="local[2]", conf=SERVER_CONF, write_archive=False)
     server.start()
     try:
         yield SharedServer(server)
