@@ -26,6 +26,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ CACHE_ENV = "KAPPA_CACHE_DIR"
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 STALE_LOCK_SECONDS = 30 * 60
-"""A lock older than this belongs to a run that died while writing the archive."""
+"""A lock older than this belongs to a run that died while writing the archive (sooner when its
+process on this host is gone: :func:`_take`)."""
 UNUSED_ARCHIVE_SECONDS = 30 * 24 * 3600
 """An archive of another JDK, Spark or class path no run has mapped for this long is removed
 when a new archive is kept (each is ~170 MB); a run that maps an archive marks it used."""
@@ -222,20 +224,39 @@ def _mark_used(archive: Path) -> None:
 
 
 def _take(lock: Path) -> bool:
-    """Create ``lock`` exclusively; a lock older than :data:`STALE_LOCK_SECONDS` is taken over."""
+    """Create ``lock`` exclusively (it names this process and host); a lock older than
+    :data:`STALE_LOCK_SECONDS`, or one whose process on this host is gone (a SIGKILLed writer), is
+    taken over."""
     for _ in range(2):
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             try:
                 age = time.time() - lock.stat().st_mtime
+                holder = lock.read_text()
             except FileNotFoundError:
                 continue
-            if age < STALE_LOCK_SECONDS:
+            if age < STALE_LOCK_SECONDS and not _holder_gone(holder):
                 return False
+            log.info("taking over the class archive lock %s of a writer that is gone (%s)", lock, holder.strip())
             lock.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "w") as fh:
-            fh.write(f"{os.getpid()}\n")
+            fh.write(f"{os.getpid()} {socket.gethostname()}\n")
         return True
+    return False
+
+
+def _holder_gone(holder: str) -> bool:
+    """True when a lock's ``"<pid> <host>"`` names a process of this host that no longer runs. A lock of
+    another host (a shared cache folder), or one unreadable, counts as held: only its age frees it."""
+    pid, _, host = holder.strip().partition(" ")
+    if not pid.isdigit() or host != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
     return False

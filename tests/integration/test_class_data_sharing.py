@@ -6,6 +6,8 @@ log to see Spark's classes come from the archive."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -77,6 +79,23 @@ def test_a_stale_lock_is_taken_over(tmp_path: Path, home: Path) -> None:
     os.utime(dead.lock, (old, old))
     again = cds.plan({}, home=home, folder=folder)
     assert again is not None and again.writing is not None
+
+
+def test_the_lock_of_a_writer_that_is_gone_is_taken_over_at_once(tmp_path: Path, home: Path) -> None:
+    folder = tmp_path / "cache"
+    held = cds.plan({}, home=home, folder=folder)
+    assert held is not None and held.writing is not None
+    assert held.lock.read_text() == f"{os.getpid()} {socket.gethostname()}\n"
+    # a live writer on this host holds it; so does one of another host (a shared cache), whatever its pid
+    assert cds.plan({}, home=home, folder=folder) is None
+    gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True).stdout.strip()
+    held.lock.write_text(f"{gone} elsewhere.example\n")
+    assert cds.plan({}, home=home, folder=folder) is None
+    # a SIGKILLed writer of this host: its pid runs no more, so the lock is free long before its age frees it
+    held.lock.write_text(f"{gone} {socket.gethostname()}\n")
+    again = cds.plan({}, home=home, folder=folder)
+    assert again is not None and again.writing is not None
+    assert again.lock.read_text() == f"{os.getpid()} {socket.gethostname()}\n"
 
 
 @pytest.mark.parametrize(
