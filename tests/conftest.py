@@ -28,11 +28,6 @@ import pytest
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-# Every JVM the tests start (Spark drivers and servers, spark-class's launcher, the Kafka broker, the REST
-# catalog) runs small data for seconds: the C1 compiler alone and the serial collector cut their CPU by about a
-# third (test_cli.py: 188 user-s to 120) on this 2-core machine, where the suite is CPU-bound. Tests only: the
-# product's defaults and the benchmarks keep HotSpot's (docs/testing.md, "JVM options of the tests").
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 # every spark-submit of the session shares one class archive, written by the first and
 # removed at the end (never the user's ~/.cache)
 _CDS = tempfile.mkdtemp(prefix="kappa-test-cds-")
