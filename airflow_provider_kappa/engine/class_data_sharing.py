@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_provider_kappa.spark.warm_daemon import pid_alive
+
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "KAPPA_CACHE_DIR"
@@ -251,12 +253,4 @@ def _holder_gone(holder: str) -> bool:
     """True when a lock's ``"<pid> <host>"`` names a process of this host that no longer runs. A lock of
     another host (a shared cache folder), or one unreadable, counts as held: only its age frees it."""
     pid, _, host = holder.strip().partition(" ")
-    if not pid.isdigit() or host != socket.gethostname():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's live process
-        return False
-    return False
+    return pid.isdigit() and host == socket.gethostname() and not pid_alive(int(pid))
