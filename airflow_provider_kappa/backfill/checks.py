@@ -75,6 +75,17 @@ def check_inputs(
         ``ledger: true`` without a live ledger (:func:`~airflow_provider_kappa.backfill.exactness.check_ledger`).
     :raises KappaSourceError: also a window outside the sources' data (:func:`check_window_data`).
     """
+    check_setup(bf, runs=runs, max_slices=max_slices, spark_conn_id=spark_conn_id)
+    check_data(bf, runs=runs)
+
+
+def check_setup(
+    bf: Backfill, *, runs: bool = True, max_slices: int = MAX_SLICES, spark_conn_id: str | None = None
+) -> None:
+    """The part of :func:`check_inputs` that opens no table (fast): the slice count, the ledger, and
+    for a backfill that runs the application, the engine's setup and ``checkpoint_root``.
+    ``kappa backfill`` starts its engine once these pass, and checks the tables
+    (:func:`check_data`) while the engine starts."""
     check_slice_count(bf, max_slices)
     check_ledger(bf)
     if runs:
@@ -83,12 +94,17 @@ def check_inputs(
             check_kubernetes_provider(bf.cfg.job.master, f"job.master {bf.cfg.job.master!r}")
         check_connect_server(bf.cfg)
         job_spark_conf(bf.cfg)  # an Iceberg catalog of job.spark_conf on a Spark Iceberg has no build for
+        check_checkpoint_root(bf.cfg)
+
+
+def check_data(bf: Backfill, *, runs: bool = True) -> None:
+    """The part of :func:`check_inputs` that reads the tables: the sources (and, for a backfill
+    that runs, the targets), the landed end and the window's data."""
     window = (bf.params.start, bf.params.end) if runs else None
     check_tables(bf.cfg, bf.params.sources, bf.catalog_for, sinks=runs, window=window)
     if runs:
         check_landed(bf)
         check_window_data(bf)
-        check_checkpoint_root(bf.cfg)
 
 
 def check_connect_server(cfg: JobConfig) -> None:

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from airflow_provider_kappa.backfill.backfill import Backfill
+from airflow_provider_kappa.backfill.checks import check_data
 from airflow_provider_kappa.backfill.lock import release
 from airflow_provider_kappa.backfill.plan import BackfillPlan
 from airflow_provider_kappa.backfill.plan import plan as plan_slices
@@ -136,8 +137,8 @@ class Timeline:
 
 
 def start_engine(engine: Engine, stack: ExitStack, timeline: Timeline) -> Future[None]:
-    """Start ``engine`` in a background thread (a local Spark Connect server starts and warms while
-    the snapshot and the plan run); it is stopped when ``stack`` closes, also on failure, Ctrl-C or
+    """Start ``engine`` in a background thread (a local Spark Connect server starts while the tables
+    are checked and the snapshot and the plan run); it is stopped when ``stack`` closes, also on failure, Ctrl-C or
     SIGTERM."""
     pool = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="kappa-engine"))
     began = time.monotonic()
@@ -146,10 +147,25 @@ def start_engine(engine: Engine, stack: ExitStack, timeline: Timeline) -> Future
         try:
             engine.start()
         finally:
-            timeline.add(f"engine {engine.name}: start (beside snapshot and plan)", began)
+            timeline.add(f"engine {engine.name}: start (beside the table checks, snapshot and plan)", began)
 
     stack.callback(engine.stop)
     return pool.submit(start)
+
+
+@contextmanager
+def discarded_if_refused(engine: Engine, started: Future[None]) -> Iterator[None]:
+    """Checks run while ``engine`` starts: when they refuse, the engine is stopped and what its start
+    wrote removed (:meth:`Engine.discard`), so bad input still leaves nothing behind."""
+    try:
+        yield
+    except BaseException:
+        engine.stop()  # a local server still starting ends now, not after its start
+        ended = started.exception()  # waits for the start; its error (this stop) is not the one to report
+        if ended is not None:
+            logging.getLogger(_STEPS_LOGGER).info("engine start ended by the refusal: %s", ended)
+        engine.discard()
+        raise
 
 
 def describe_engine(engine: Engine, console: Console) -> None:
@@ -217,15 +233,15 @@ def run(args: argparse.Namespace) -> int:
     console = new_console()
     logging.getLogger(_STEPS_LOGGER).setLevel(logging.WARNING)  # the terminal gets this command's own output
     timeline = Timeline()
-    with timeline.step("load and check the config, the flags and the tables"):
-        bf = load_backfill(args)
     if args.release_lock:
+        bf = load_backfill(args)
         released = release(bf)
         say(
             console, f"backfill {bf.id}: lock released on {released}" if released else f"backfill {bf.id}: held no lock"
         )
         return 0
-    print_header(console, bf)
+    with timeline.step("load and check the config and the flags"):
+        bf = load_backfill(args, tables=False)  # the tables are checked while the engine starts
     try:
         return run_steps(bf, args, console, timeline)
     finally:
@@ -233,12 +249,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_steps(bf: Backfill, args: argparse.Namespace, console: Console, timeline: Timeline) -> int:
-    """Snapshot, plan, slices (the engine started beside snapshot and plan), then :func:`finish`."""
+    """Table checks, snapshot, plan, slices (the engine started beside the first three), then :func:`finish`."""
     engine = slice_engine(bf, spark_conn_id=args.spark_conn_id)
     with ExitStack() as stack:
         stack.enter_context(sigterm_raises(lambda signum: SystemExit(128 + signum)))  # stopped: fails, cleaned up
         engine_stack = stack.enter_context(ExitStack())  # closed beside validate, below
         started = start_engine(engine, engine_stack, timeline)
+        with timeline.step("check the tables"), discarded_if_refused(engine, started):
+            check_data(bf)
+        print_header(console, bf)
         with timeline.step("snapshot"):
             snapshot_ids = snapshot(bf)
         say(console, f"  pinned snapshots {snapshot_ids} (tag {bf.tag})")

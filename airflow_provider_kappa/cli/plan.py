@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from airflow_provider_kappa.backfill.backfill import Backfill
-from airflow_provider_kappa.backfill.checks import check_inputs, closed_by, falls_short, landed_end
+from airflow_provider_kappa.backfill.checks import check_inputs, check_setup, closed_by, falls_short, landed_end
 from airflow_provider_kappa.backfill.exactness import job_ledger
 from airflow_provider_kappa.backfill.params import CLI_PARAMS
 from airflow_provider_kappa.backfill.plan import plan as plan_slices
@@ -56,17 +56,23 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {p.name: getattr(args, p.name) for p in CLI_PARAMS if getattr(args, p.name, None) is not None}
 
 
-def load_backfill(args: argparse.Namespace) -> Backfill:
+def load_backfill(args: argparse.Namespace, *, tables: bool = True) -> Backfill:
     """Load the config, validate the flags, and check (reading only) the tables, so bad input is
     refused before anything is written (:func:`airflow_provider_kappa.backfill.checks.check_inputs`):
     ``kappa plan`` checks the source tables it reads; ``kappa backfill`` also the sinks' target
     tables and the job's application. ``kappa backfill --release-lock`` runs nothing: it is checked
     like ``kappa plan`` (an abandoned lock must be releasable whatever the data has become since).
+
+    :param tables: also check the tables (:func:`~airflow_provider_kappa.backfill.checks.check_data`);
+        ``kappa backfill`` checks them itself, while its engine starts.
     """
 
     bf = Backfill.create(load_config(args.config), params_from_args(args))
     runs = getattr(args, "verb", "backfill") != "plan" and not getattr(args, "release_lock", False)
-    check_inputs(bf, runs=runs, spark_conn_id=getattr(args, "spark_conn_id", None))
+    if tables:
+        check_inputs(bf, runs=runs, spark_conn_id=getattr(args, "spark_conn_id", None))
+    else:
+        check_setup(bf, runs=runs, spark_conn_id=getattr(args, "spark_conn_id", None))
     return bf
 
 

@@ -65,6 +65,11 @@ class Engine(ABC):
     def stop(self) -> None:  # noqa: B027
         """Stop what :meth:`start` started (idempotent). The default does nothing."""
 
+    def discard(self) -> None:
+        """Stop what :meth:`start` started and remove what it wrote: the backfill was refused while
+        the engine started (``kappa backfill`` checks the tables beside the start). The default stops."""
+        self.stop()
+
     def kill(self) -> list[str]:
         """Stop the runs in progress in this process (its spark-submit process group, its Spark
         Connect runner and session); what was stopped, for the log."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -207,6 +208,14 @@ def run_application(
     return read_progress(progress_file)
 
 
+def _first_missing(folder: Path) -> Path | None:
+    """The topmost of ``folder`` and its parents that does not exist; ``None`` when ``folder`` does."""
+    missing = None
+    while not folder.exists():
+        missing, folder = folder, folder.parent
+    return missing
+
+
 def _write_session_conf(conf: Mapping[str, str], work: Path, name: str, owned: bool) -> Path:
     """Write the session keys of ``conf`` to the 0600 conf file in ``work``; the server's keys are left
     out, and named in a warning unless the server is kappa's own (started with them)."""
@@ -351,6 +360,8 @@ class ConnectEngine(Engine):
         self._sessions = 0  # sessions run on the owned server since it started
         self._spare: SpareRunner | None = None
         self._spares = False  # start() was called: more slices follow in this process
+        self._created: Path | None = None  # the topmost folder start() created for the owned server
+        self._stopped = False  # stop() was called: a start() under way in another thread starts no server
 
     def owned_token(self, url: str) -> str | None:
         """The token of the kappa-owned server at ``url`` (from its state file); ``None`` for another server."""
@@ -368,6 +379,8 @@ class ConnectEngine(Engine):
     def start(self) -> None:
         """Start the kappa-owned local server unless a server is given (``url``, ``job.connect``)
         or already running, and the first slice's spare runner; idempotent."""
+        if self._stopped:
+            return
         self._spares = True
         self._next_spare()
         if self.url or configured_url(self.cfg) or self._owned is not None:
@@ -375,10 +388,15 @@ class ConnectEngine(Engine):
         state = read_state(self.state_file)
         if state is not None and state.alive():
             return
-        self._owned = LocalConnectServer(
+        if self._created is None:
+            self._created = _first_missing(self.state_file.parent)
+        server = self._owned = LocalConnectServer(
             self.cfg, self.state_file.parent, state_file=self.state_file, die_with_parent=True
         )
-        self._owned.start()
+        # stop() sets _stopped, then stops the _owned it sees: one of the two sees the other's write
+        if self._stopped:
+            return
+        server.start()
 
     @property
     def owned_server(self) -> LocalConnectServer | None:
@@ -387,14 +405,36 @@ class ConnectEngine(Engine):
 
     def stop(self) -> None:
         """Stop the spare runner and the server :meth:`start` started (a given or configured server is
-        never stopped)."""
+        never stopped); a :meth:`start` still under way in another thread, or called later, starts
+        nothing more."""
+        self._stopped = True
         self._spares = False
         if self._spare is not None:
             self._spare.close()
             self._spare = None
         if self._owned is not None:
-            self._owned.stop()
+            self._owned.stop()  # one still starting in another thread ends too (its start raises)
             self._owned = None
+
+    def discard(self) -> None:
+        """Stop, then remove the owned server's folder and the empty folders above it that
+        :meth:`start` created (a backfill refused while its server started writes nothing)."""
+        self.stop()
+        created, self._created = self._created, None
+        if created is None:
+            return
+        try:
+            shutil.rmtree(self.state_file.parent)
+        except OSError as e:  # said, not raised: the refusal being reported is the error that matters
+            log.warning("the local Spark Connect server's folder %s was not removed: %s", self.state_file.parent, e)
+            return
+        folder = self.state_file.parent.parent
+        while folder.is_relative_to(created):
+            try:
+                folder.rmdir()  # only while empty: anything another process wrote there stays
+            except OSError:
+                break
+            folder = folder.parent
 
     def before_attempt(self, slice_id: str) -> None:
         """Release the Spark Connect session of ``slice_id``'s previous attempt if it ran on the same

@@ -267,6 +267,7 @@ class LocalConnectServer:
         self.zygote: subprocess.Popen[bytes] | None = None
         self._socket_dir: Path | None = None
         self._token: str | None = None
+        self._halted = False  # stop() was called: a start() under way in another thread ends, stopped
 
     @property
     def state_file(self) -> Path:
@@ -380,12 +381,14 @@ class LocalConnectServer:
         url = f"sc://localhost:{port}"  # bound to 127.0.0.1; localhost: the client's token without TLS
         self.state = ServerState(url, self.proc.pid, _start_ticks(self.proc.pid), str(self.log_file), self._token)
         self.state.write(self.state_file)
-        while not port_open(url, timeout=0.5):
-            if self.proc.poll() is not None or time.monotonic() - began > self.start_timeout:
+        while self._halted or not port_open(url, timeout=0.5):
+            if self._halted or self.proc.poll() is not None or time.monotonic() - began > self.start_timeout:
                 code = self.proc.poll()
                 self.stop()
                 why = (
-                    f"exited with code {code}"
+                    "was stopped while it started"
+                    if self._halted and code is None
+                    else f"exited with code {code}"
                     if code is not None
                     else f"did not listen within {self.start_timeout:.0f}s"
                 )
@@ -400,7 +403,9 @@ class LocalConnectServer:
         return self
 
     def stop(self) -> None:
-        """Stop the server's process group (and a restart recorded in the state file); remove the state file."""
+        """Stop the server's process group (and a restart recorded in the state file); remove the state file.
+        Called from another thread while :meth:`start` runs, that start ends too (it raises)."""
+        self._halted = True
         if self.proc is not None and self.proc.poll() is None:
             writing = self.sharing is not None and self.sharing.writing is not None
             if writing:

@@ -86,9 +86,13 @@ class SpareRunner:
 
     def close(self, grace: float = 5.0) -> None:
         """End the runner if it was not taken: end of input (it releases a session it opened ahead and
-        exits 0), then SIGTERM after ``grace`` seconds, SIGKILL after as many more."""
+        exits 0), then SIGTERM after ``grace`` seconds, SIGKILL after as many more; SIGTERM at once
+        when it opened no session."""
         proc, self.proc = self.proc, None
         if proc is None:
+            return
+        if self.url is None:  # no session opened ahead to release: nothing to wait for
+            end_idle(proc, grace)
             return
         try:
             if proc.stdin is not None:

@@ -276,3 +276,52 @@ def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_c
     runners["--wait"].clear()
     sample_runners()
     assert runners["--wait"] == set(), runners
+
+
+def test_a_backfill_refused_at_its_table_checks_stops_the_server_starting_beside_them_and_writes_nothing(
+    tmp_path: Path,
+    catalog_props: dict[str, str],
+    catalog: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``kappa backfill`` starts its local server while it checks the tables. A window outside the data
+    is refused there (exit 2); here the real check waits until the server's JVM runs, so the refusal
+    has a server to stop: it ends with its runner, and the folders its start created are gone."""
+    import psutil  # type: ignore[import-untyped]
+
+    import airflow_provider_kappa.cli.backfill as cli_backfill
+    from airflow_provider_kappa.engine.connect_server import read_state
+
+    seed_sessions_incident(catalog)
+    config = write_job_config(tmp_path, catalog_props, engine="connect")
+    checkpoints = tmp_path / "checkpoints"
+    seen: list[Any] = []
+    real_check = cli_backfill.check_data
+
+    def check_once_the_server_runs(bf: Any) -> None:
+        began = time.monotonic()
+        while not seen and time.monotonic() - began < 120:
+            state = next((read_state(f) for f in checkpoints.rglob("connect/server.json")), None)
+            if state is not None and state.running():
+                seen.append(state)
+            time.sleep(0.05)
+        real_check(bf)
+
+    monkeypatch.setattr(cli_backfill, "check_data", check_once_the_server_runs)
+    code = main(
+        ["backfill", "--config", str(config), "--start", "2026-11-02T01:00:00Z", "--end", "2026-11-02T03:00:00Z"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 2 and "is outside the tables' data" in err, out + err
+    assert seen, "the local server never ran"
+    assert not seen[0].running()  # stopped before kappa returned
+    assert not checkpoints.exists()  # its folders, created by its start, removed
+    left = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if RUNNER in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p)
+        except psutil.Error:  # gone, or a zombie of an earlier test: not running
+            continue
+    assert left == [], left
