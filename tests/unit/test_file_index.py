@@ -181,3 +181,37 @@ def test_file_spans_are_small_and_picklable(catalog: Any) -> None:
     _append(table, [5, 70], 0)
     spans = file_spans(table, None, "ingestion_ts", None, None)
     assert pickle.loads(pickle.dumps(spans)) == spans
+
+
+def test_a_process_reads_each_manifest_once_and_keeps_a_bounded_number_of_entries(
+    catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checks, the plan and the first slice's file lists all ask for the same snapshot's files:
+    each manifest file is read once per process (a manifest is never rewritten), the range is still
+    applied to every answer, and at most ``CACHED_ENTRIES`` entries are kept."""
+    from pyiceberg.manifest import ManifestFile
+
+    import airflow_provider_kappa.spark.source.manifests as manifests
+
+    table = create_events_table(catalog, "raw.events")
+    _append(table, [5, 10], 0)
+    _append(table, [70, 80], 10)
+    _append(table, [130, 140], 20)
+    reads: list[str] = []
+    real = ManifestFile.fetch_manifest_entry
+
+    def counted(self: ManifestFile, io: Any, discard_deleted: bool = True) -> Any:
+        reads.append(self.manifest_path)
+        return real(self, io, discard_deleted=discard_deleted)
+
+    monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", counted)
+    every = file_spans(table, None, "ingestion_ts", None, None)
+    assert len(every) == 3 and len(reads) == 3
+    assert file_spans(table, None, "ingestion_ts", T0_US + 60 * MIN, T0_US + 120 * MIN) == every[1:2]
+    assert table_ingestion_range(table, None, "ingestion_ts") == (T0_US + 5 * MIN, T0_US + 140 * MIN)
+    assert len(reads) == 3  # answered from the entries read first
+    monkeypatch.setattr(manifests, "CACHED_ENTRIES", 2)
+    _append(table, [190], 30)
+    assert len(file_spans(table, None, "ingestion_ts", None, None)) == 4
+    assert len(reads) == 4  # only the new manifest read
+    assert manifests._entries_count <= 2  # the least recently used manifests' entries dropped

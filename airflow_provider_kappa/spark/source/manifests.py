@@ -2,12 +2,15 @@
 
 Used by the ``kappa_iceberg`` reader (driver side, when it has no file list), by the launcher's
 file lists (:mod:`.file_list`) and by the backfill's planner. Reads the manifest list and each
-data manifest once; no data file is opened. pyiceberg only (imported lazily): no pyspark.
+data manifest once per process (:func:`manifest_entries`: the checks, the plan and the file lists of
+one backfill share them); no data file is opened. pyiceberg only (imported lazily): no pyspark.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -26,6 +29,12 @@ if TYPE_CHECKING:
     from pyiceberg.types import NestedField
 
 _I64 = struct.Struct("<q")
+#: The most manifest entries :func:`manifest_entries` keeps per process (least recently used
+#: manifests go first): a planner reads a snapshot's manifests once, not once per check and plan.
+CACHED_ENTRIES = 50_000
+_entries: OrderedDict[tuple[str, bool], list[ManifestEntry]] = OrderedDict()
+_entries_count = 0
+_entries_lock = threading.Lock()
 _HOUR = 3_600_000_000
 _DAY = 24 * _HOUR
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -61,6 +70,32 @@ def file_spans(
     return _manifest_spans(table, schema, field, manifests, start_micros, end_micros)
 
 
+def manifest_entries(manifest: ManifestFile, io: Any, *, discard_deleted: bool = True) -> list[ManifestEntry]:
+    """The entries of a manifest file, read once per process (:data:`CACHED_ENTRIES` at most are
+    kept): a manifest file is never rewritten (a change writes a new one), so its path names its
+    content. The entries are shared: read them, do not change them.
+
+    :param manifest: the manifest (from a snapshot's manifest list).
+    :param io: the table's FileIO.
+    :param discard_deleted: leave out the entries of files the manifest marks deleted.
+    """
+    global _entries_count
+    key = (manifest.manifest_path, discard_deleted)
+    with _entries_lock:
+        found = _entries.get(key)
+        if found is not None:
+            _entries.move_to_end(key)
+            return found
+    entries = list(manifest.fetch_manifest_entry(io, discard_deleted=discard_deleted))
+    with _entries_lock:
+        if key not in _entries:
+            _entries[key] = entries
+            _entries_count += len(entries)
+        while _entries_count > CACHED_ENTRIES and len(_entries) > 1:
+            _entries_count -= len(_entries.popitem(last=False)[1])
+    return entries
+
+
 def _manifest_spans(
     table: Table,
     schema: Schema,
@@ -84,7 +119,7 @@ def _manifest_spans(
 
     def read(manifest: ManifestFile) -> list[tuple[FileSpan, Any]]:
         out: list[tuple[FileSpan, Any]] = []
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+        for entry in manifest_entries(manifest, io):
             if entry_filter is not None and not entry_filter(entry):
                 continue
             span = _span(entry.data_file, fid, derive)
@@ -98,7 +133,7 @@ def _manifest_spans(
     if delete_manifests:
         index = DeleteFileIndex()
         for manifest in delete_manifests:
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+            for entry in manifest_entries(manifest, io):
                 content = entry.data_file.content
                 if content == DataFileContent.EQUALITY_DELETES:
                     raise KappaSourceError(
@@ -278,7 +313,7 @@ def null_ingestion_rows(table: Table, snapshot_id: int | None, ingestion_column:
     for manifest in snapshot.manifests(table.io):
         if manifest.content != ManifestContent.DATA:
             continue
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+        for entry in manifest_entries(manifest, table.io):
             nulls = (entry.data_file.null_value_counts or {}).get(field.field_id)
             if nulls is None:
                 return None

@@ -39,7 +39,7 @@ from airflow_provider_kappa.exceptions import KappaSourceError
 from airflow_provider_kappa.spark.conf_keys import KAFKA_COLUMNS
 from airflow_provider_kappa.spark.ledger import Ledger, LedgerEntry
 from airflow_provider_kappa.spark.source.file_index import FileSpan
-from airflow_provider_kappa.spark.source.manifests import file_spans
+from airflow_provider_kappa.spark.source.manifests import file_spans, manifest_entries
 from airflow_provider_kappa.spark.source.offsets import offset_field
 from airflow_provider_kappa.spark.source.options import BOUNDED, IcebergReadSpec
 from airflow_provider_kappa.spark.source.partitions import FilePartition, make_partitions, read_context
@@ -86,7 +86,7 @@ def kafka_bounds(table: Table, snapshot_id: int | None) -> dict[str, KafkaBounds
     for manifest in snapshot.manifests(table.io):
         if manifest.content != ManifestContent.DATA:
             continue
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+        for entry in manifest_entries(manifest, table.io):
             df = entry.data_file
             lo, hi = df.lower_bounds or {}, df.upper_bounds or {}
             out[df.file_path] = (
