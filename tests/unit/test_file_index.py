@@ -212,6 +212,8 @@ def test_a_process_reads_each_manifest_once_and_keeps_a_bounded_number_of_entrie
     assert len(reads) == 3  # answered from the entries read first
     monkeypatch.setattr(manifests, "CACHED_ENTRIES", 2)
     _append(table, [190], 30)
-    assert len(file_spans(table, None, "ingestion_ts", None, None)) == 4
-    assert len(reads) == 4  # only the new manifest read
-    assert manifests._entries_count <= 2  # the least recently used manifests' entries dropped
+    assert len(file_spans(table, None, "ingestion_ts", None, None)) == 4  # the new manifest read
+    assert len(reads) > 3
+    # the least recently used manifests' entries dropped (pyiceberg reads manifests on threads, so which
+    # ones were dropped, and how many the scan then read again, depends on their order)
+    assert manifests._entries_count <= 2
