@@ -421,7 +421,7 @@ class ConnectEngine(Engine):
         :meth:`start` created (a backfill refused while its server started writes nothing)."""
         self.stop()
         created, self._created = self._created, None
-        if created is None:
+        if created is None or not self.state_file.parent.exists():  # stopped before the server made it
             return
         try:
             shutil.rmtree(self.state_file.parent)
