@@ -5,6 +5,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+# Bytecode caches are written (a shell that sets PYTHONDONTWRITEBYTECODE would make every interpreter the
+# tests and the demo start, hundreds of them, compile the package and, in the compat venvs, every dependency
+# it imports from source again)
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: demo test test-fast test-compat lint install java chromium clean
 
 demo: $(STAMP)

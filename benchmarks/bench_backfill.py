@@ -52,6 +52,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
+# as on a user's machine, every process may write bytecode caches (a shell that forbids it makes each of the
+# runs' many interpreters compile what it imports from source: in an end's venv installed --no-compile, 1.5-4
+# CPU-s more per interpreter; benchmarks/README.md, 2026-11-29)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 TARGET = "prod.plays_summary"

@@ -33,7 +33,7 @@ from airflow_provider_kappa.job.config import CONNECT, SUBMIT, IcebergSinkConfig
 from airflow_provider_kappa.spark.catalog import load_table
 from airflow_provider_kappa.spark.source.manifests import table_ingestion_range
 from airflow_provider_kappa.spark.source.snapshots import ingestion_field
-from airflow_provider_kappa.spark.storage import filesystem, write_text
+from airflow_provider_kappa.spark.storage import filesystem, first_missing, write_text
 from airflow_provider_kappa.timeparse import from_micros, human_duration
 
 if TYPE_CHECKING:
@@ -159,14 +159,9 @@ def check_checkpoint_root(cfg: JobConfig) -> None:
     :raises KappaConfigError: naming the folder and the error.
     """
 
-    from pyarrow.fs import FileType
-
     root = job_root(cfg.job.checkpoint_root, cfg.job.name)
     fs, path = filesystem(root, "job.checkpoint_root", KappaConfigError)
-    created = None  # the topmost folder the probe creates
-    folder = path
-    while folder and fs.get_file_info(folder).type == FileType.NotFound:
-        created, folder = folder, folder.rsplit("/", 1)[0] if "/" in folder else ""
+    created = first_missing(fs, path)  # the topmost folder the probe creates
     probe = f"{path}/.kappa-write-probe-{uuid.uuid4().hex}"
     try:
         write_text(fs, probe, "probe")

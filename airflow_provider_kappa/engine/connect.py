@@ -50,6 +50,7 @@ from airflow_provider_kappa.engine.submit import spark_env
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError
 from airflow_provider_kappa.job.checkpoints import CheckpointStore
 from airflow_provider_kappa.job.config import JobConfig
+from airflow_provider_kappa.spark.storage import first_missing
 
 log = logging.getLogger(__name__)
 
@@ -208,17 +209,24 @@ def run_application(
     return read_progress(progress_file)
 
 
-def _first_missing(folder: Path) -> Path | None:
-    """The topmost of ``folder`` and its parents that does not exist; ``None`` when ``folder`` does."""
-    missing = None
-    while not folder.exists():
-        missing, folder = folder, folder.parent
-    return missing
+#: Session keys set on kappa's own servers (under the job's ``spark_conf``, which wins). A Spark Connect
+#: server gives each session a class loader of its own for the artifacts (jars, files) it adds, and Spark
+#: caches generated code per class loader: each slice's session compiled again every whole-stage and
+#: projection class its previous slices had compiled (about 25 per slice here, with their JIT warm-up: the
+#: first micro-batch of a later slice took 2.6-3.1 s against 1.1-1.3 s with these keys; benchmarks/README.md).
+#: kappa adds no artifact to its sessions, and a kappa server runs only kappa's slices.
+OWN_SERVER_SESSION_CONF = {
+    "spark.sql.artifact.isolation.enabled": "false",
+    "spark.sql.artifact.isolation.alwaysApplyClassloader": "false",
+}
 
 
 def _write_session_conf(conf: Mapping[str, str], work: Path, name: str, owned: bool) -> Path:
     """Write the session keys of ``conf`` to the 0600 conf file in ``work``; the server's keys are left
-    out, and named in a warning unless the server is kappa's own (started with them)."""
+    out, and named in a warning unless the server is kappa's own (started with them; its sessions also
+    get :data:`OWN_SERVER_SESSION_CONF`)."""
+    if owned:
+        conf = {**OWN_SERVER_SESSION_CONF, **conf}
     session, server_only = split_conf(conf)
     if server_only and not owned:
         log.warning(
@@ -389,7 +397,10 @@ class ConnectEngine(Engine):
         if state is not None and state.alive():
             return
         if self._created is None:
-            self._created = _first_missing(self.state_file.parent)
+            from pyarrow.fs import LocalFileSystem
+
+            missing = first_missing(LocalFileSystem(), str(self.state_file.parent))
+            self._created = None if missing is None else Path(missing)
         server = self._owned = LocalConnectServer(
             self.cfg, self.state_file.parent, state_file=self.state_file, die_with_parent=True
         )

@@ -37,6 +37,20 @@ def write_text(fs: FileSystem, path: str, text: str) -> None:
         out.write(text.encode())
 
 
+def first_missing(fs: FileSystem, path: str) -> str | None:
+    """The topmost of ``path`` and its parents that does not exist on ``fs`` (the first folder a write
+    to ``path`` would create); ``None`` when ``path`` exists."""
+    from pyarrow.fs import FileType
+
+    missing = None
+    while path and fs.get_file_info(path).type == FileType.NotFound:
+        parent = path.rsplit("/", 1)[0] if "/" in path else ""
+        if parent == path:
+            break
+        missing, path = path, parent
+    return missing
+
+
 def read_text(fs: FileSystem, path: str) -> str:
     """The text at ``path`` of ``fs`` (``OSError`` when it cannot be read)."""
     with fs.open_input_stream(path) as fh:

@@ -281,7 +281,8 @@ def test_env(python: Path) -> dict[str, str]:
     """The environment of an end's tests: its venv first on PATH, nothing that points at the checkout (nor
     a Kafka connector of the caller's: :func:`warm` gives the end's own)."""
     venv = python.parents[1]
-    dropped = ("PYTHONPATH", "SPARK_HOME", "VIRTUAL_ENV", "PYTHONHOME", KAFKA_JARS_ENV)
+    # PYTHONDONTWRITEBYTECODE: the venvs are installed --no-compile, so bytecode must be written on first import
+    dropped = ("PYTHONPATH", "SPARK_HOME", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", KAFKA_JARS_ENV)
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],

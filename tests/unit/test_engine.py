@@ -129,6 +129,27 @@ def test_the_session_conf_file_is_private(tmp_path: Path) -> None:
     assert json.loads(path.read_text()) == {"spark.kappa.mode": "backfill"}
 
 
+def test_sessions_of_kappas_own_server_share_generated_classes_and_the_jobs_conf_wins(tmp_path: Path) -> None:
+    """On kappa's own server the sessions turn off the per-session class loader (Spark caches generated
+    code per class loader: every slice compiled its classes again); another server's sessions are left as
+    its owner set them, and a job's own value of either key wins."""
+    from airflow_provider_kappa.engine.connect import OWN_SERVER_SESSION_CONF, _write_session_conf
+
+    job = {"spark.sql.shuffle.partitions": "2"}
+    own = json.loads(_write_session_conf(job, tmp_path / "own", "s", owned=True).read_text())
+    assert own == {**OWN_SERVER_SESSION_CONF, **job}
+    assert own["spark.sql.artifact.isolation.enabled"] == "false"
+    other = json.loads(_write_session_conf(job, tmp_path / "other", "s", owned=False).read_text())
+    assert other == job
+    kept = {**job, "spark.sql.artifact.isolation.enabled": "true"}
+    assert (
+        json.loads(_write_session_conf(kept, tmp_path / "kept", "s", owned=True).read_text())[
+            "spark.sql.artifact.isolation.enabled"
+        ]
+        == "true"
+    )
+
+
 def test_a_state_file_tells_a_live_server_from_a_gone_one_and_stops_it_by_pid(tmp_path: Path) -> None:
     from airflow_provider_kappa.engine.processes import start_ticks as _start_ticks
 

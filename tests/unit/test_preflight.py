@@ -76,3 +76,15 @@ def test_the_probe_leaves_no_folder_behind(tmp_path: Path, catalog_props: dict[s
     config = write_job_config(tmp_path, catalog_props)
     check_checkpoint_root(load_config(config))
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_first_missing_names_the_topmost_folder_a_write_would_create(tmp_path: Path) -> None:
+    from pyarrow.fs import LocalFileSystem
+
+    from airflow_provider_kappa.spark.storage import first_missing
+
+    fs = LocalFileSystem()
+    assert first_missing(fs, str(tmp_path)) is None
+    assert first_missing(fs, str(tmp_path / "a" / "b" / "c")) == str(tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    assert first_missing(fs, str(tmp_path / "a" / "b" / "c")) == str(tmp_path / "a" / "b")
