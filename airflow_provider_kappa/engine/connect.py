@@ -212,8 +212,8 @@ def run_application(
 #: Session keys set on kappa's own servers (under the job's ``spark_conf``, which wins). A Spark Connect
 #: server gives each session a class loader of its own for the artifacts (jars, files) it adds, and Spark
 #: caches generated code per class loader: each slice's session compiled again every whole-stage and
-#: projection class its previous slices had compiled (about 25 per slice here, with their JIT warm-up: the
-#: first micro-batch of a later slice took 2.6-3.1 s against 1.1-1.3 s with these keys; benchmarks/README.md).
+#: projection class its previous slices had compiled, and ran them cold (the first micro-batch of a later
+#: slice took 1.6-2.8 s against 0.6-1.4 s with these keys, at 2M rows; benchmarks/README.md).
 #: kappa adds no artifact to its sessions, and a kappa server runs only kappa's slices.
 OWN_SERVER_SESSION_CONF = {
     "spark.sql.artifact.isolation.enabled": "false",
