@@ -129,7 +129,9 @@ def test_the_session_conf_file_is_private(tmp_path: Path) -> None:
     assert json.loads(path.read_text()) == {"spark.kappa.mode": "backfill"}
 
 
-def test_sessions_of_kappas_own_server_turn_off_the_per_session_class_loader_and_the_jobs_conf_wins(tmp_path: Path) -> None:
+def test_sessions_of_kappas_own_server_turn_off_the_per_session_class_loader_and_the_jobs_conf_wins(
+    tmp_path: Path,
+) -> None:
     """On kappa's own server the sessions turn off the per-session class loader (Spark caches generated
     code per class loader: every slice compiled its classes again); another server's sessions are left as
     its owner set them, and a job's own value of either key wins."""
