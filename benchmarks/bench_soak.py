@@ -1,6 +1,6 @@
 """Soak: backfills in a row under seeded random faults, each compared row for row with a clean run
-(issue 18). Not part of the test suite: it runs ``kappa backfill`` for real (one spark-submit per
-slice) many times.
+(issue 18). Not part of the test suite: it runs ``kappa backfill`` for real many times, on engine
+``submit`` (one spark-submit per slice) or, with ``--engine connect``, on kappa's local Spark Connect server.
 
 Every run starts from a fresh tiny lake (tests/lake.py ``seed_sessions_incident``: playbacks
 00:00-03:50, the sessions of [01:00, 03:00) damaged in prod.playback_sessions) and backfills that
@@ -9,7 +9,8 @@ one drawn at random half of the time (``--seed``):
 
 - ``parent_killed``: the ``kappa backfill`` process is SIGKILLed while its slice runs (its
   children are left as they are), and the same command is rerun at once with ``--resume``;
-- ``driver_killed``: the slice's Spark driver (the spark-submit JVM) is SIGKILLed; rerun with ``--resume``;
+- ``driver_killed``: the slice's Spark driver (the spark-submit JVM; on engine ``connect``, the local server's JVM) is
+  SIGKILLed; rerun with ``--resume``;
 - ``catalog_locked``: another connection holds the sqlite catalog's exclusive lock (``BEGIN
   EXCLUSIVE``) for a few seconds at a random moment; a failed run is rerun with ``--resume``;
 - ``ingestion``: rows are appended to the source table during the run (in the window and after
@@ -19,7 +20,12 @@ one drawn at random half of the time (``--seed``):
 - ``other_backfill``: a backfill of another job and target (prod.playback_sessions_b, the same
   source table, so both tag it) runs at the same time; it is compared with the oracle too;
 - ``live_writer``: the live job appends rows to the target outside the window during the run:
-  they are all kept, once each.
+  they are all kept, once each;
+- ``cleanup_running``: ``kappa cleanup --older-than 0s`` runs while the slice's driver runs (issue 25's
+  red-team finding: it removed a running backfill); the backfill must go on and finish exact;
+- ``publish_killed``: the ``kappa backfill`` process is SIGKILLed the moment its output shows
+  validate's match rate, i.e. between validate and publish (or, on a slower disk, inside publish);
+  rerun with ``--resume``.
 
 A failed command is rerun with ``--resume`` (at most ``--reruns`` times). Then the target is
 compared with the expectation: the clean run's rows (a fault-free backfill of the same lake,
@@ -71,7 +77,18 @@ from lake import (  # noqa: E402
 SOURCE = "raw.playbacks"
 TARGET = "prod.playback_sessions"
 OTHER = "prod.playback_sessions_b"
-FAULTS = ("parent_killed", "driver_killed", "catalog_locked", "ingestion", "other_backfill", "live_writer")
+FAULTS = (
+    "parent_killed",
+    "driver_killed",
+    "catalog_locked",
+    "ingestion",
+    "other_backfill",
+    "live_writer",
+    "cleanup_running",
+    "publish_killed",
+)
+#: faults that kill ``kappa backfill`` or its driver: at most one of them a run
+KILLS = ("parent_killed", "driver_killed", "publish_killed")
 WINDOW = ["--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()]
 #: parallel: one slice (the 3h grid cell holding the window); sequential: two slices
 PARAMS = {
@@ -123,6 +140,8 @@ class Run:
     ingested_rows: int = 0
     lock_held_seconds: float = 0.0
     killed: list[str] = field(default_factory=list)
+    #: exit codes of ``kappa cleanup --older-than 0s`` run while the backfill ran (``cleanup_running``)
+    cleanup_codes: list[int] = field(default_factory=list)
     seconds: float = 0.0
     note: str = ""
 
@@ -144,7 +163,7 @@ def env() -> dict[str, str]:
     return out
 
 
-def prepare(folder: Path) -> dict[str, Any]:
+def prepare(folder: Path, engine: str) -> dict[str, Any]:
     """A fresh lake, the target's damaged window, a second target, both jobs' configs."""
     import pyarrow as pa
     import yaml
@@ -157,8 +176,8 @@ def prepare(folder: Path) -> dict[str, Any]:
     create_sessions_table(catalog, OTHER).append(catalog.load_table(TARGET).scan().to_arrow())
     (folder / "a").mkdir()
     (folder / "b").mkdir()
-    config_a = write_job_config(folder / "a", props)
-    config_b = write_job_config(folder / "b", props)
+    config_a = write_job_config(folder / "a", props, engine=engine)
+    config_b = write_job_config(folder / "b", props, engine=engine)
     raw = yaml.safe_load(config_b.read_text())
     raw["job"]["name"] = "playback_sessions_b"  # another job: its own backfill id, lock and source tag
     raw["sinks"]["sessions"]["table"] = OTHER
@@ -198,9 +217,10 @@ def descendants(pid: int) -> list[Any]:
 
 
 def wait_for_driver(proc: subprocess.Popen[bytes], application: str, timeout: float = 300) -> Any | None:
-    """The slice's driver, once the job runs in it: the spark-submit JVM whose child Python runs
-    the job's ``application`` (``None`` when the command ended first). Other JVMs it may start
-    first (a class-data-sharing archive dump) are not it."""
+    """The slice's driver, once the job runs in it (``None`` when the command ended first): engine
+    ``submit``, the spark-submit JVM whose child Python runs the job's ``application`` (other JVMs it
+    may start first, a class-data-sharing archive dump, are not it); engine ``connect``, the local Spark
+    Connect server's JVM once a runner runs the ``application``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         for p in descendants(proc.pid):
@@ -209,6 +229,16 @@ def wait_for_driver(proc: subprocess.Popen[bytes], application: str, timeout: fl
                     parent = p.parent()
                     if parent is not None and parent.name() == "java":
                         return parent
+                    server = next(
+                        (
+                            q
+                            for q in descendants(proc.pid)
+                            if q.name() == "java" and any("SparkConnectServer" in a for a in q.cmdline())
+                        ),
+                        None,
+                    )
+                    if server is not None:
+                        return server
             except Exception:  # noqa: BLE001 (a process that ended meanwhile)
                 continue
         time.sleep(0.2)
@@ -333,10 +363,11 @@ def soak_run(
     clean: list[tuple[Any, ...]],
     rng: random.Random,
     reruns: int,
+    engine: str,
 ) -> Run:
     run = Run(index, mode, faults)
     began = time.monotonic()
-    lake = prepare(folder)
+    lake = prepare(folder, engine)
     log = folder / "backfill.log"
     props = lake["props"]
     stop = threading.Event()
@@ -363,7 +394,13 @@ def soak_run(
     for t in threads:
         t.start()
 
+    log_start = log.stat().st_size if log.exists() else 0
+
     def inject(proc: subprocess.Popen[bytes]) -> None:
+        if "cleanup_running" in faults:
+            cleanup_while_running(proc, lake["a"], lake["home"], folder / "cleanup.log", run)
+        if "publish_killed" in faults:
+            kill_at_publish(proc, log, log_start, run)
         if "parent_killed" not in faults and "driver_killed" not in faults:
             return
         driver = wait_for_driver(proc, "playback_sessions.py")
@@ -410,6 +447,34 @@ def soak_run(
     return run
 
 
+def cleanup_while_running(proc: subprocess.Popen[bytes], config: Path, home: Path, out: Path, run: Run) -> None:
+    """``kappa cleanup --older-than 0s`` on the backfill's job while its slice's driver runs."""
+    if wait_for_driver(proc, "playback_sessions.py") is None:
+        run.note += " the command ended before cleanup could run beside it;"
+        return
+    e = dict(env(), AIRFLOW_HOME=str(home))
+    argv = [str(Path(sys.executable).parent / "kappa"), "cleanup", "--config", str(config), "--older-than", "0s"]
+    with out.open("a") as fh:
+        code = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=e, timeout=300).returncode
+    if proc.poll() is None:
+        run.cleanup_codes.append(code)
+    else:
+        run.note += " the backfill ended while cleanup ran;"
+
+
+def kill_at_publish(proc: subprocess.Popen[bytes], log: Path, start: int, run: Run) -> None:
+    """SIGKILL ``kappa backfill`` as soon as its output (after ``start``) shows validate's match rate."""
+    while proc.poll() is None:
+        with log.open("rb") as fh:
+            fh.seek(start)
+            if b"match rate" in fh.read():
+                proc.kill()
+                run.killed.append(f"kappa-publish {proc.pid}")
+                return
+        time.sleep(0.02)
+    run.note += " the command ended before it published;"
+
+
 def landed(run: Run, fault: str) -> bool:
     """Whether a drawn fault really hit the run (a kill needs a live process to kill, ...)."""
     if fault == "parent_killed":
@@ -422,6 +487,10 @@ def landed(run: Run, fault: str) -> bool:
         return run.ingested_rows > 0
     if fault == "live_writer":
         return run.live_rows > 0
+    if fault == "cleanup_running":
+        return bool(run.cleanup_codes)
+    if fault == "publish_killed":
+        return any(k.startswith("kappa-publish ") for k in run.killed)
     return bool(run.other_exit_codes)
 
 
@@ -443,16 +512,23 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=18)
     parser.add_argument("--reruns", type=int, default=3, help="reruns with --resume after a failed command (default 3)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/kappa-soak"))
+    parser.add_argument(
+        "--engine",
+        choices=("submit", "connect"),
+        default="submit",
+        help="job.engine: submit (a spark-submit per slice, its driver killed by driver_killed; default) or "
+        "connect (kappa's local Spark Connect server, killed by driver_killed)",
+    )
     args = parser.parse_args()
     if args.out.exists():
         shutil.rmtree(args.out)
     args.out.mkdir(parents=True)
     results = args.out / "soak.jsonl"
-    print(f"soak: {args.runs} runs, seed {args.seed}; {machine()}", flush=True)
+    print(f"soak: {args.runs} runs, seed {args.seed}, engine {args.engine}; {machine()}", flush=True)
     began = time.monotonic()
     # the clean run: a fault-free backfill of the same lake (it must equal the independent oracle)
     folder = args.out / "clean"
-    lake = prepare(folder)
+    lake = prepare(folder, args.engine)
     codes: list[int] = []
     t = time.monotonic()
     code = run_to_completion(lake["a"], "parallel", folder / "backfill.log", lake["home"], codes, 0)
@@ -470,19 +546,12 @@ def main() -> int:
         faults = [FAULTS[i % len(FAULTS)]]
         if rng.random() < 0.5:
             faults.append(
-                rng.choice(
-                    [
-                        f
-                        for f in FAULTS
-                        if f not in faults
-                        and not (
-                            f in ("parent_killed", "driver_killed") and faults[0] in ("parent_killed", "driver_killed")
-                        )
-                    ]
-                )
+                rng.choice([f for f in FAULTS if f not in faults and not (f in KILLS and faults[0] in KILLS)])
             )
         mode = "sequential" if i % 4 == 3 else "parallel"
-        run = soak_run(i, mode, faults, args.out / f"run{i:02d}", clean, random.Random(rng.random()), args.reruns)
+        run = soak_run(
+            i, mode, faults, args.out / f"run{i:02d}", clean, random.Random(rng.random()), args.reruns, args.engine
+        )
         runs.append(run)
         with results.open("a") as fh:
             fh.write(json.dumps(asdict(run)) + "\n")

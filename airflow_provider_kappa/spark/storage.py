@@ -44,10 +44,8 @@ def first_missing(fs: FileSystem, path: str) -> str | None:
 
     missing = None
     while path and fs.get_file_info(path).type == FileType.NotFound:
-        parent = path.rsplit("/", 1)[0] if "/" in path else ""
-        if parent == path:
-            break
-        missing, path = path, parent
+        # the parent is always shorter (rsplit drops the last "/" at least): the walk ends
+        missing, path = path, path.rsplit("/", 1)[0] if "/" in path else ""
     return missing
 
 
