@@ -33,6 +33,15 @@ print("catalog", spark.conf.get("spark.sql.catalog.dim.type", None))
 """
 
 
+def found(folder: Path, pattern: str) -> list[Path]:
+    """``folder.rglob(pattern)`` while a backfill runs: it makes the folder (a watcher may look first) and
+    removes folders under it mid-walk, so a folder missing is "nothing yet", not a crash of the watcher."""
+    try:
+        return list(folder.rglob(pattern))
+    except FileNotFoundError:
+        return []
+
+
 def run_runner(tmp_path: Path, url: str, conf: dict[str, str]) -> subprocess.CompletedProcess[str]:
     (tmp_path / "app.py").write_text(APP)
     (tmp_path / "conf.json").write_text(json.dumps(conf))
@@ -139,8 +148,8 @@ def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact
     def kill_after_the_first_commit() -> None:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            states = list(checkpoints.rglob("connect/server.json"))
-            if states and list(checkpoints.rglob("commits/0")):
+            states = found(checkpoints, "connect/server.json")
+            if states and found(checkpoints, "commits/0"):
                 state = read_state(states[0])
                 assert state is not None
                 os.killpg(state.pid, signal.SIGKILL)  # the server kappa started for this backfill
@@ -236,7 +245,7 @@ def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_c
         """The most ``pyspark.daemon`` processes under one server (Spark starts them as its children)."""
         while not done.is_set():
             sample_runners()
-            for state_file in checkpoints.rglob("connect/server.json"):
+            for state_file in found(checkpoints, "connect/server.json"):
                 state = read_state(state_file)
                 if state is None:
                     continue
@@ -302,7 +311,7 @@ def test_a_backfill_refused_at_its_table_checks_stops_the_server_starting_beside
     def check_once_the_server_runs(bf: Any) -> None:
         began = time.monotonic()
         while not seen and time.monotonic() - began < 120:
-            state = next((read_state(f) for f in checkpoints.rglob("connect/server.json")), None)
+            state = next((read_state(f) for f in found(checkpoints, "connect/server.json")), None)
             if state is not None and state.running():
                 seen.append(state)
             time.sleep(0.05)
