@@ -74,6 +74,8 @@ from lake import (  # noqa: E402
     sorted_rows,
 )
 
+from airflow_provider_kappa.engine.connect_server import SERVER_CLASS  # noqa: E402
+
 SOURCE = "raw.playbacks"
 TARGET = "prod.playback_sessions"
 OTHER = "prod.playback_sessions_b"
@@ -89,6 +91,10 @@ FAULTS = (
 )
 #: faults that kill ``kappa backfill`` or its driver: at most one of them a run
 KILLS = ("parent_killed", "driver_killed", "publish_killed")
+#: the JVM spark-submit runs first to build the command line of the one it runs (wait_for_driver)
+LAUNCHER = "org.apache.spark.launcher.Main"
+#: what validate's summary prints before publish starts (kill_at_publish)
+MATCH_RATE = b"match rate"
 WINDOW = ["--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()]
 #: parallel: one slice (the 3h grid cell holding the window); sequential: two slices
 PARAMS = {
@@ -235,7 +241,9 @@ def wait_for_driver(proc: subprocess.Popen[bytes], application: str, timeout: fl
                 runner = runner or (
                     name.startswith("python") and "airflow_provider_kappa.engine.connect_runner" in argv
                 )
-                if name == "java" and any("SparkConnectServer" in a for a in argv):
+                # the server's JVM, not the launcher JVM spark-submit runs first to build its command line
+                # (its argv names the server's class too, and it ends within a second)
+                if name == "java" and SERVER_CLASS in argv and LAUNCHER not in argv:
                     server = p
             except Exception:  # noqa: BLE001 (a process that ended meanwhile)
                 continue
@@ -463,14 +471,19 @@ def cleanup_while_running(proc: subprocess.Popen[bytes], config: Path, home: Pat
 
 
 def kill_at_publish(proc: subprocess.Popen[bytes], log: Path, start: int, run: Run) -> None:
-    """SIGKILL ``kappa backfill`` as soon as its output (after ``start``) shows validate's match rate."""
+    """SIGKILL ``kappa backfill`` as soon as its output (after ``start``) shows validate's match rate: the
+    log is read on from where the last look ended (the phrase may straddle two reads)."""
+    seen, position = b"", start
     while proc.poll() is None:
         with log.open("rb") as fh:
-            fh.seek(start)
-            if b"match rate" in fh.read():
-                proc.kill()
-                run.killed.append(f"kappa-publish {proc.pid}")
-                return
+            fh.seek(position)
+            new = fh.read()
+        position += len(new)
+        if MATCH_RATE in seen + new:
+            proc.kill()
+            run.killed.append(f"kappa-publish {proc.pid}")
+            return
+        seen = (seen + new)[-len(MATCH_RATE) :]
         time.sleep(0.02)
     run.note += " the command ended before it published;"
 
