@@ -530,8 +530,8 @@ def main() -> int:
         choices=("submit", "connect"),
         default="submit",
         help="job.engine: submit (a spark-submit per slice, its driver killed by driver_killed; default) or "
-        "connect (kappa's local Spark Connect server is driver_killed's target; in a 2-run smoke on 2026-11-29 the "
-        "JVM it found was gone before the kill, so that fault did not land: the summary counts only faults that did)",
+        "connect (kappa's local Spark Connect server's JVM is driver_killed's target: a 2-run smoke on 2026-11-29 "
+        "landed it; the summary counts only faults that landed)",
     )
     args = parser.parse_args()
     if args.out.exists():
