@@ -74,6 +74,7 @@ from lake import (  # noqa: E402
     sorted_rows,
 )
 
+from airflow_provider_kappa.engine.connect_runner import RUNNER_MODULE  # noqa: E402
 from airflow_provider_kappa.engine.connect_server import SERVER_CLASS  # noqa: E402
 
 SOURCE = "raw.playbacks"
@@ -238,9 +239,7 @@ def wait_for_driver(proc: subprocess.Popen[bytes], application: str, timeout: fl
                     parent = p.parent()
                     if parent is not None and parent.name() == "java":
                         return parent
-                runner = runner or (
-                    name.startswith("python") and "airflow_provider_kappa.engine.connect_runner" in argv
-                )
+                runner = runner or (name.startswith("python") and RUNNER_MODULE in argv)
                 # the server's JVM, not the launcher JVM spark-submit runs first to build its command line
                 # (its argv names the server's class too, and it ends within a second)
                 if name == "java" and SERVER_CLASS in argv and LAUNCHER not in argv:
