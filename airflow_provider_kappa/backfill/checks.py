@@ -33,7 +33,7 @@ from airflow_provider_kappa.job.config import CONNECT, SUBMIT, IcebergSinkConfig
 from airflow_provider_kappa.spark.catalog import load_table
 from airflow_provider_kappa.spark.source.manifests import table_ingestion_range
 from airflow_provider_kappa.spark.source.snapshots import ingestion_field
-from airflow_provider_kappa.spark.storage import filesystem, first_missing, write_text
+from airflow_provider_kappa.spark.storage import filesystem, first_missing, remove_empty_folders, write_text
 from airflow_provider_kappa.timeparse import from_micros, human_duration
 
 if TYPE_CHECKING:
@@ -154,7 +154,8 @@ def check_slice_count(bf: Backfill, max_slices: int = MAX_SLICES) -> int:
 
 def check_checkpoint_root(cfg: JobConfig) -> None:
     """Refuse a ``job.checkpoint_root`` this process cannot write, before any lock or tag: a probe
-    file is written into ``<checkpoint_root>/<job>/`` and removed, with the folders it created.
+    file is written into ``<checkpoint_root>/<job>/`` and removed, with the folders it created while
+    they are empty (another backfill of the job starting at the same moment keeps what it wrote there).
 
     :raises KappaConfigError: naming the folder and the error.
     """
@@ -167,7 +168,7 @@ def check_checkpoint_root(cfg: JobConfig) -> None:
         write_text(fs, probe, "probe")
         fs.delete_file(probe)
         if created is not None:
-            fs.delete_dir(created)
+            remove_empty_folders(fs, path, created)
     except OSError as e:
         raise KappaConfigError(
             f"job.checkpoint_root: {cfg.job.checkpoint_root!r} cannot be written ({e}); "

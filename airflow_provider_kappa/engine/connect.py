@@ -50,7 +50,7 @@ from airflow_provider_kappa.engine.submit import spark_env
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError
 from airflow_provider_kappa.job.checkpoints import CheckpointStore
 from airflow_provider_kappa.job.config import JobConfig
-from airflow_provider_kappa.spark.storage import first_missing
+from airflow_provider_kappa.spark.storage import first_missing, remove_empty_folders
 
 log = logging.getLogger(__name__)
 
@@ -439,13 +439,12 @@ class ConnectEngine(Engine):
         except OSError as e:  # said, not raised: the refusal being reported is the error that matters
             log.warning("the local Spark Connect server's folder %s was not removed: %s", self.state_file.parent, e)
             return
-        folder = self.state_file.parent.parent
-        while folder.is_relative_to(created):
-            try:
-                folder.rmdir()  # only while empty: anything another process wrote there stays
-            except OSError:
-                break
-            folder = folder.parent
+        from pyarrow.fs import LocalFileSystem
+
+        try:  # only while empty: anything another process wrote there stays
+            remove_empty_folders(LocalFileSystem(), str(self.state_file.parent.parent), str(created))
+        except OSError as e:  # said, not raised, as above
+            log.warning("the empty folders above %s were not removed: %s", self.state_file.parent, e)
 
     def before_attempt(self, slice_id: str) -> None:
         """Release the Spark Connect session of ``slice_id``'s previous attempt if it ran on the same

@@ -5,6 +5,8 @@ Used inside Spark (the readers' scan plan files) and by the launcher (checkpoint
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import TYPE_CHECKING
 
 from airflow_provider_kappa.exceptions import KappaSinkError
@@ -47,6 +49,38 @@ def first_missing(fs: FileSystem, path: str) -> str | None:
         # the parent is always shorter (rsplit drops the last "/" at least): the walk ends
         missing, path = path, path.rsplit("/", 1)[0] if "/" in path else ""
     return missing
+
+
+def remove_empty_folders(fs: FileSystem, path: str, top: str) -> None:
+    """Remove ``path`` and its parents up to ``top`` (both included), bottom-up, each only while it
+    is empty: the walk stops at the first folder that holds anything, so what another process wrote
+    there meanwhile stays. A folder already gone is passed over (its parent may still be empty).
+
+    Local folders go with ``os.rmdir`` (atomic: it refuses a folder that is not empty). On other
+    filesystems (object stores, HDFS) pyarrow's ``delete_dir`` is recursive, so a folder is deleted
+    only when a listing shows it empty; a write landing between that listing and the delete would
+    be lost, a window of one request there.
+
+    :raises OSError: a folder that cannot be removed for another reason than holding something.
+    """
+    from pyarrow.fs import FileSelector, FileType, LocalFileSystem
+
+    top = top.rstrip("/")
+    while path == top or path.startswith(f"{top}/"):
+        if isinstance(fs, LocalFileSystem):
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    return
+                raise
+        elif fs.get_file_info(path).type != FileType.NotFound:
+            if fs.get_file_info(FileSelector(path, allow_not_found=True)):
+                return
+            fs.delete_dir(path)
+        path = path.rsplit("/", 1)[0]
 
 
 def read_text(fs: FileSystem, path: str) -> str:

@@ -19,8 +19,8 @@ from airflow_env import PLANTED_SECRET, write_job_config
 from lake import INCIDENT_END, INCIDENT_START, seed_sessions_incident, sorted_rows
 
 from airflow_provider_kappa.cli import main
+from airflow_provider_kappa.engine.connect_runner import RUNNER_MODULE
 
-RUNNER = "airflow_provider_kappa.engine.connect_runner"
 WINDOW = ["--start", INCIDENT_START.isoformat(), "--end", INCIDENT_END.isoformat()]
 OPTIONS = ["--slice", "2h", "--warmup", "30min", "--tail", "45min", "--min-match", "50"]
 
@@ -48,7 +48,7 @@ def run_runner(tmp_path: Path, url: str, conf: dict[str, str]) -> subprocess.Com
     argv = [
         sys.executable,
         "-m",
-        RUNNER,
+        RUNNER_MODULE,
         "--conf-file",
         str(tmp_path / "conf.json"),
         "--progress-file",
@@ -122,7 +122,7 @@ def test_a_spare_runner_runs_its_slice_and_a_dead_one_gives_way_to_a_fresh_runne
 def test_a_spare_runner_ends_quietly_without_a_run_and_names_a_bad_one() -> None:
     """End of input before a run: exit 0 (the launcher had no slice left); a line that is not a run:
     exit 1 naming what is wrong."""
-    cmd = [sys.executable, "-m", RUNNER, "--wait"]
+    cmd = [sys.executable, "-m", RUNNER_MODULE, "--wait"]
     unused = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=120)
     assert unused.returncode == 0, unused.stderr
     bad = subprocess.run(cmd, input='{"remote": "sc://127.0.0.1:1"}\n', capture_output=True, text=True, timeout=120)
@@ -238,7 +238,7 @@ def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_c
                 cmd = p.cmdline()
             except psutil.Error:
                 continue
-            if RUNNER in cmd:
+            if RUNNER_MODULE in cmd:
                 runners["--wait" if "--wait" in cmd else "--conf-file"].add(p.pid)
 
     def sample() -> None:
@@ -329,7 +329,7 @@ def test_a_backfill_refused_at_its_table_checks_stops_the_server_starting_beside
     left = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if RUNNER in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+            if RUNNER_MODULE in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
                 left.append(p)
         except psutil.Error:  # gone, or a zombie of an earlier test: not running
             continue

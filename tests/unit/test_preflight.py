@@ -78,6 +78,51 @@ def test_the_probe_leaves_no_folder_behind(tmp_path: Path, catalog_props: dict[s
     assert not (tmp_path / "checkpoints").exists()
 
 
+def test_the_probe_keeps_what_a_backfill_starting_beside_it_wrote(
+    tmp_path: Path, catalog_props: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two backfills of one job starting on a ``checkpoint_root`` not made yet: the other one's file,
+    written while this one's probe is there, survives the probe's clean-up (it removed the whole
+    folder it had created, the other's files in it too)."""
+    from airflow_provider_kappa.backfill import checks
+    from airflow_provider_kappa.job.config import load_config
+
+    other = tmp_path / "checkpoints" / "playback_sessions" / "attempts" / "the-other-backfill"
+    write_probe = checks.write_text
+
+    def probe_then_the_other_backfill_writes(fs: Any, path: str, text: str) -> None:
+        write_probe(fs, path, text)
+        other.parent.mkdir(parents=True)
+        other.write_text("the other backfill's attempt")
+
+    monkeypatch.setattr(checks, "write_text", probe_then_the_other_backfill_writes)
+    cfg = load_config(write_job_config(tmp_path, catalog_props))
+    assert cfg.job.name == "playback_sessions"
+    checks.check_checkpoint_root(cfg)
+    assert other.read_text() == "the other backfill's attempt"
+    assert not list((tmp_path / "checkpoints").rglob(".kappa-write-probe-*"))
+
+
+def test_remove_empty_folders_stops_at_the_first_folder_holding_anything(tmp_path: Path) -> None:
+    from pyarrow.fs import LocalFileSystem
+
+    from airflow_provider_kappa.spark.storage import remove_empty_folders
+
+    fs = LocalFileSystem()
+    top, deep = tmp_path / "root", tmp_path / "root" / "job" / "a" / "b"
+    deep.mkdir(parents=True)
+    (tmp_path / "root" / "job" / "kept.txt").write_text("written by another process")
+    remove_empty_folders(fs, str(deep), str(top))
+    assert not (tmp_path / "root" / "job" / "a").exists()
+    assert (tmp_path / "root" / "job" / "kept.txt").exists()
+    (tmp_path / "root" / "job" / "kept.txt").unlink()
+    remove_empty_folders(fs, str(deep), str(top))  # "a" and "b" already gone: passed over
+    assert not top.exists()
+    assert tmp_path.is_dir()  # never above top
+    remove_empty_folders(fs, str(tmp_path / "x"), str(tmp_path / "y"))  # not under top: nothing to do
+    assert tmp_path.is_dir()
+
+
 def test_first_missing_names_the_topmost_folder_a_write_would_create(tmp_path: Path) -> None:
     from pyarrow.fs import LocalFileSystem
 
