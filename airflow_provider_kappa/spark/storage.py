@@ -80,7 +80,10 @@ def remove_empty_folders(fs: FileSystem, path: str, top: str) -> None:
             if fs.get_file_info(FileSelector(path, allow_not_found=True)):
                 return
             fs.delete_dir(path)
-        path = path.rsplit("/", 1)[0]
+        parent = path.rsplit("/", 1)[0]
+        if parent == path:  # a bucket or a relative name: nothing above it
+            return
+        path = parent
 
 
 def read_text(fs: FileSystem, path: str) -> str:

@@ -123,6 +123,26 @@ def test_remove_empty_folders_stops_at_the_first_folder_holding_anything(tmp_pat
     assert tmp_path.is_dir()
 
 
+def test_remove_empty_folders_on_a_filesystem_that_is_not_local_ends_at_a_bucket() -> None:
+    """The listing branch (object stores, HDFS), on an in-memory fsspec filesystem through pyarrow's
+    PyFileSystem: a folder holding anything stays, and the walk ends at a top with no ``/`` in it."""
+    from fsspec.implementations.memory import MemoryFileSystem
+    from pyarrow.fs import FileType, FSSpecHandler, PyFileSystem
+
+    from airflow_provider_kappa.spark.storage import remove_empty_folders
+
+    fs = PyFileSystem(FSSpecHandler(MemoryFileSystem()))
+    fs.create_dir("kappa-bucket/root/job/a", recursive=True)
+    with fs.open_output_stream("kappa-bucket/root/kept.txt") as out:
+        out.write(b"written by another process")
+    remove_empty_folders(fs, "kappa-bucket/root/job/a", "kappa-bucket")
+    assert fs.get_file_info("kappa-bucket/root/job").type == FileType.NotFound
+    assert fs.get_file_info("kappa-bucket/root/kept.txt").type == FileType.File
+    fs.delete_file("kappa-bucket/root/kept.txt")
+    remove_empty_folders(fs, "kappa-bucket/root/job/a", "kappa-bucket")
+    assert fs.get_file_info("kappa-bucket").type == FileType.NotFound
+
+
 def test_first_missing_names_the_topmost_folder_a_write_would_create(tmp_path: Path) -> None:
     from pyarrow.fs import LocalFileSystem
 
