@@ -85,9 +85,11 @@ def test_the_probe_keeps_what_a_backfill_starting_beside_it_wrote(
     written while this one's probe is there, survives the probe's clean-up (it removed the whole
     folder it had created, the other's files in it too)."""
     from airflow_provider_kappa.backfill import checks
+    from airflow_provider_kappa.job.checkpoints import job_root
     from airflow_provider_kappa.job.config import load_config
 
-    other = tmp_path / "checkpoints" / "playback_sessions" / "attempts" / "the-other-backfill"
+    cfg = load_config(write_job_config(tmp_path, catalog_props))
+    other = Path(job_root(cfg.job.checkpoint_root, cfg.job.name)) / "the-other-backfill" / "attempt"
     write_probe = checks.write_text
 
     def probe_then_the_other_backfill_writes(fs: Any, path: str, text: str) -> None:
@@ -96,8 +98,6 @@ def test_the_probe_keeps_what_a_backfill_starting_beside_it_wrote(
         other.write_text("the other backfill's attempt")
 
     monkeypatch.setattr(checks, "write_text", probe_then_the_other_backfill_writes)
-    cfg = load_config(write_job_config(tmp_path, catalog_props))
-    assert cfg.job.name == "playback_sessions"
     checks.check_checkpoint_root(cfg)
     assert other.read_text() == "the other backfill's attempt"
     assert not list((tmp_path / "checkpoints").rglob(".kappa-write-probe-*"))
