@@ -50,6 +50,7 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 from servers.connect_server import connect_server  # noqa: E402,F401  (session-scoped Spark Connect server)
 from servers.kafka import kafka_broker  # noqa: E402,F401  (session-scoped Kafka broker, started on first use)
+from stop_on_sigterm import pytest_runtest_setup, pytest_sessionstart  # noqa: E402,F401  (SIGTERM tears down)
 
 TIERS = ("unit", "integration", "deploy")
 
