@@ -5,7 +5,7 @@ session (tests/servers: Airflow, PostgreSQL, Kafka, Spark Connect) keeps running
 nobody left to stop it by its process group. Here SIGTERM raises ``KeyboardInterrupt`` in the main
 thread instead: pytest ends the session as interrupted and tears down every fixture set up so far,
 which stops each server by the process group it started. The handler is put back before each test,
-in case a test's code replaced it (Airflow's task runner installs its own).
+in case a test's code replaced it (test_fencing installs its own, standing in for Airflow's task runner).
 
 tests/conftest.py takes these hooks; a pytest run outside the suite can load them with
 ``-p stop_on_sigterm`` (tests/ on ``PYTHONPATH``).
