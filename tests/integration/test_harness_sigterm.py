@@ -20,6 +20,8 @@ from pathlib import Path
 from paths import REPO
 from servers import wait_until
 
+from airflow_provider_kappa.spark.warm_daemon import pid_alive
+
 MODULE = textwrap.dedent(
     """
     import sys, time
@@ -49,14 +51,6 @@ MODULE = textwrap.dedent(
 )
 
 
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def run_and_terminate(tmp_path: Path, *plugin: str) -> tuple[int, int, str]:
     """Run the throwaway module with ``plugin`` arguments, SIGTERM it once its test holds the server;
     return the server's pid, pytest's exit code and its output."""
@@ -68,7 +62,7 @@ def run_and_terminate(tmp_path: Path, *plugin: str) -> tuple[int, int, str]:
     try:
         wait_until(lambda: (tmp_path / "holding").exists() or None, timeout=120, what="the test to hold its server")
         pid = int((tmp_path / "server.pid").read_text())
-        assert alive(pid)
+        assert pid_alive(pid)
         run.send_signal(signal.SIGTERM)
         out, _ = run.communicate(timeout=60)
     finally:
@@ -80,9 +74,9 @@ def run_and_terminate(tmp_path: Path, *plugin: str) -> tuple[int, int, str]:
 def test_a_run_stopped_by_sigterm_tears_down_its_fixtures_and_stops_their_servers(tmp_path: Path) -> None:
     pid, code, out = run_and_terminate(tmp_path, "-p", "stop_on_sigterm")
     deadline = time.monotonic() + 10
-    while alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not alive(pid), f"the server (pid {pid}) outlived the run:\n{out}"
+    assert not pid_alive(pid), f"the server (pid {pid}) outlived the run:\n{out}"
     assert (tmp_path / "stopped").exists(), out
     assert code == 2 and "stopped by signal SIGTERM" in out, out  # pytest's "interrupted"
 
@@ -92,7 +86,7 @@ def test_without_the_plugin_sigterm_orphans_the_server(tmp_path: Path) -> None:
     pid, code, out = run_and_terminate(tmp_path)
     try:
         assert code == -signal.SIGTERM, out
-        assert alive(pid) and not (tmp_path / "stopped").exists(), out
+        assert pid_alive(pid) and not (tmp_path / "stopped").exists(), out
     finally:
         with contextlib.suppress(ProcessLookupError):  # gone already: the assertion above says why
             os.killpg(pid, signal.SIGKILL)
