@@ -55,6 +55,11 @@ class Exactness:
         return cls(data.get("ledger"), str(data["statement"]), bool(data.get("exact")))
 
 
+#: How the statements of a ledger replay, and the header of a backfill with ``ledger: true``, say that
+#: the threshold cuts no micro-batch of a replay (the batches are live's).
+THRESHOLD_UNUSED = "max_misalignment_threshold unused"
+
+
 def job_ledger(bf: Backfill) -> tuple[str | None, str | None]:
     """``(the ledger of the job's one sink, None)``, or ``(None, why there is none)``."""
     sinks = sorted(bf.cfg.sinks)
@@ -126,6 +131,8 @@ def decide(bf: Backfill, data_last_micros: int | None, *, pin: bool) -> tuple[Ex
     batches = book.count(start_ms, end_ms)
     span = f"[{p.read_start.isoformat()}, {p.read_end.isoformat()})"
     cost = f"{batches} live batch(es) replayed, ~{_about(batches * REPLAY_SECONDS_PER_BATCH)} of Spark time"
+    # the header printed the threshold before this choice: it cuts no batch of a replay
+    cost += f"; micro-batches as live cut them ({THRESHOLD_UNUSED})"
     if gap is None:
         return Exactness(chosen, f"exact: the live ledger covers {span}; {cost}", True), book
     return Exactness(chosen, f"live ledger replayed as asked, but not exact: {gap}; {cost}"), book

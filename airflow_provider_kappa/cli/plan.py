@@ -15,7 +15,7 @@ from rich.text import Text
 
 from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.checks import check_inputs, check_setup, closed_by, falls_short, landed_end
-from airflow_provider_kappa.backfill.exactness import job_ledger
+from airflow_provider_kappa.backfill.exactness import THRESHOLD_UNUSED, job_ledger
 from airflow_provider_kappa.backfill.params import CLI_PARAMS
 from airflow_provider_kappa.backfill.plan import plan as plan_slices
 from airflow_provider_kappa.backfill.snapshot import snapshot
@@ -114,11 +114,14 @@ def plan_table(plan: BackfillPlan) -> Table:
 def print_header(console: Console, bf: Backfill) -> None:
     """The backfill's identity and parameters."""
     p = bf.params.to_dict()
+    threshold = p["max_misalignment_threshold"]
+    if p["ledger"] == "true":  # a replay cuts its micro-batches where live did; with auto the plan says which
+        threshold += f" ({THRESHOLD_UNUSED}: ledger true)"
     say(console, (f"backfill {bf.id}", "bold"), " of job ", (bf.cfg.job.name, "bold"), f" ({bf.cfg.path})")
     say(
         console,
         f"  window [{p['start']}, {p['end']}), reads [{bf.params.read_start.isoformat()}, {bf.params.read_end.isoformat()}), "
-        f"mode {p['mode']}, slice {p['slice']}, threshold {p['max_misalignment_threshold']}, warmup {p['warmup']}, "
+        f"mode {p['mode']}, slice {p['slice']}, threshold {threshold}, warmup {p['warmup']}, "
         f"tail {p['tail']}, ledger {p['ledger']}, sources {','.join(p['sources'])}",
     )
 

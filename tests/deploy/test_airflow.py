@@ -497,11 +497,12 @@ def test_an_airflow_backfill_over_two_intervals_runs_two_kappa_backfills_in_turn
         "from_date": "2026-11-01T01:00:00+00:00",
         "to_date": "2026-11-01T02:00:00+00:00",
         "max_active_runs": 1,
-        # the longest slice allowed, the read range [start - 1h, end + 45min) = 165min: what is tested is the runs,
-        # one after the other, each a backfill of its own interval; slicing has its own tests. The grid (multiples
-        # of `slice` from the Unix epoch) still cuts each run's range in two (the first run's at 00:45), and no
-        # slice can hold it whole: a longer one is refused as larger than the range read
-        "dag_run_conf": {"slice": "165min", "warmup": "1h", "tail": "45min"},
+        # one slice a run: what is tested is the runs, one after the other, each a backfill of its own interval;
+        # slicing has its own tests. Parallel mode cuts [start, end) (an hour, on the hourly grid) into one slice
+        # reading [start - 30min, end + 45min), as test_dag's [parallel] slices do on the same lake (exact); in
+        # sequential mode the grid (multiples of `slice` from the Unix epoch) cuts the range read, which starts
+        # 30 min before the hour, in two whatever the slice
+        "dag_run_conf": {"mode": "parallel", "slice": "1h", "warmup": "30min", "tail": "45min"},
     }
     backfill = client.request("POST", "/api/v2/backfills", json=body).json()
     runs: list[dict[str, Any]] = []

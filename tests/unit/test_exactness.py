@@ -15,7 +15,7 @@ from test_cli_output import write_config
 
 from airflow_provider_kappa.backfill.backfill import Backfill
 from airflow_provider_kappa.backfill.exactness import decide
-from airflow_provider_kappa.backfill.plan import plan
+from airflow_provider_kappa.backfill.plan import plan, slice_is_empty
 from airflow_provider_kappa.backfill.snapshot import pin
 from airflow_provider_kappa.cli import main
 from airflow_provider_kappa.job.config import load_config
@@ -70,8 +70,27 @@ def test_a_ledger_covering_the_range_read_is_replayed_by_default_and_the_plan_sa
         f"exactness: exact: the live ledger covers [{(T0 + H).isoformat()}, "
         f"{(T0 + 3 * H + timedelta(minutes=10)).isoformat()}); 13 live batch(es) replayed" in out
     ), out
+    assert "micro-batches as live cut them (max_misalignment_threshold unused)" in out, out
     rows = [line for line in out.splitlines() if line.lstrip().startswith("s000")]
     assert len(rows) == 3 and all(" 6 " in row for row in rows[:2]) and " 1 " in rows[2], out  # 6 a 1 h slice
+
+
+def test_the_backfill_header_says_the_threshold_is_unused_when_the_ledger_is_replayed(config: Path) -> None:
+    """The header is printed before the plan: with ``ledger: true`` it says the threshold cuts nothing (issue
+    25: it printed "threshold 1min" for a replay); with ``auto`` the plan's exactness line says it."""
+    import io
+
+    from rich.console import Console
+
+    from airflow_provider_kappa.cli.plan import print_header
+
+    def header(**raw: str) -> str:
+        console = Console(file=io.StringIO(), width=400, no_color=True)
+        print_header(console, Backfill.create(load_config(config), {"start": WINDOW[1], "end": WINDOW[3], **raw}))
+        return console.file.getvalue()  # type: ignore[attr-defined]
+
+    assert "threshold 15min (max_misalignment_threshold unused: ledger true)," in header(ledger="true")
+    assert "threshold 15min, " in header() and "unused" not in header()
 
 
 def test_a_ledger_begun_after_the_range_read_is_not_replayed_and_the_plan_says_why(
@@ -189,6 +208,29 @@ def test_a_backlog_live_caught_up_after_the_range_is_not_replayed_and_the_plan_s
     steady = ledger_of(config) + "-steady"
     write_ledger(steady, T0 - timedelta(minutes=5), T0 + 4 * H)
     assert Ledger(steady).gap(ms(T0 + H), ms(T0 + 3 * H + timedelta(minutes=30)), None, window_end) is None
+
+
+def test_a_slice_without_landed_files_runs_when_it_replays_live_batches(
+    tmp_path: Path, catalog: Any, catalog_props: dict[str, str]
+) -> None:
+    """Nothing landed in [T0 + 1h, T0 + 2h) (the data stopped, then came back), but live ran its batches
+    through that hour: its no-data batches close the windows of the data before it, so the slice replaying
+    them runs. Without the ledger nothing in that slice can change the output, and it is skipped as before
+    (issue 25: slices without landed files were skipped even when live batches started in them)."""
+    source = create_events_table(catalog, "raw.playbacks")
+    append_events(source, [event(i, T0 + i * timedelta(minutes=10)) for i in range(6)])  # T0 .. T0 + 50min
+    append_events(source, [event(i, T0 + 2 * H + i * timedelta(minutes=10)) for i in range(12)])  # from T0 + 2h
+    create_summary_table(catalog, "prod.summary").append(summary_table([summary_row(60, 1, 5)]))
+    config = write_config(tmp_path, catalog_props)
+    write_ledger(ledger_of(config), T0 - timedelta(minutes=5), T0 + 4 * H)
+    window = {"start": WINDOW[1], "end": WINDOW[3], "tail": "10min", "dry_run": True}
+    for ledger, empty in (("true", []), ("false", ["s0000"])):
+        bf = Backfill.create(load_config(config), {**window, "ledger": ledger})
+        planned = plan(bf, pin(bf, tag=False), pin=True)
+        first = planned.slices[0]
+        assert [s.files for s in first.stats] == [0], first  # no landed file in [T0 + 1h, T0 + 2h)
+        assert first.ledger_batches == (6 if ledger == "true" else None), first
+        assert [s.slice_id for s in planned.slices if slice_is_empty(s)] == empty, ledger
 
 
 @pytest.mark.airflow
