@@ -255,3 +255,31 @@ print(s.getsockname()[1], flush=True)
 while True:
     s.accept()[0].close()
 """
+
+
+#: A runner's end as ``python -m ...connect_runner`` has it: main() returned ``3`` after an exit hook was
+#: registered during the run (as a live run's ledger flush is) and output was left in stdout's buffer.
+_RUNNER_END = """
+import atexit, sys
+from airflow_provider_kappa.engine import connect_runner
+atexit.register(lambda: open(sys.argv[1], "w").write("hook ran"))
+sys.stdout.write("unflushed output")
+connect_runner._EXIT_CODE = 3
+sys.exit(3)
+"""
+
+
+def test_a_runner_ends_with_mains_code_after_every_exit_hook_and_its_output_flushed(tmp_path: Path) -> None:
+    """The runner skips the interpreter's finalization (0.3-0.6 s a slice) but not the exit hooks registered
+    during the run, nor its buffered output; a runner whose main did not return exits as Python does."""
+    hook = tmp_path / "hook"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout block-buffered, as a pipe has it
+    ran = subprocess.run(
+        [sys.executable, "-c", _RUNNER_END, str(hook)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert (ran.returncode, ran.stdout, hook.read_text()) == (3, "unflushed output", "hook ran"), ran.stderr
+    escaped = _RUNNER_END.replace("connect_runner._EXIT_CODE = 3\nsys.exit(3)", "raise SystemExit(2)")
+    ran = subprocess.run(
+        [sys.executable, "-c", escaped, str(hook)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert ran.returncode == 2, ran.stderr
