@@ -130,12 +130,14 @@ def decide(bf: Backfill, data_last_micros: int | None, *, pin: bool) -> tuple[Ex
         )
     batches = book.count(start_ms, end_ms)
     span = f"[{p.read_start.isoformat()}, {p.read_end.isoformat()})"
-    cost = f"{batches} live batch(es) replayed, ~{_about(batches * REPLAY_SECONDS_PER_BATCH)} of Spark time"
-    # the header printed the threshold before this choice: it cuts no batch of a replay
-    cost += f"; micro-batches as live cut them ({THRESHOLD_UNUSED})"
+    # what the replay costs, and that the threshold the header printed (before this choice) cuts none of it
+    replay = (
+        f"{batches} live batch(es) replayed, ~{_about(batches * REPLAY_SECONDS_PER_BATCH)} of Spark time; "
+        f"micro-batches as live cut them ({THRESHOLD_UNUSED})"
+    )
     if gap is None:
-        return Exactness(chosen, f"exact: the live ledger covers {span}; {cost}", True), book
-    return Exactness(chosen, f"live ledger replayed as asked, but not exact: {gap}; {cost}"), book
+        return Exactness(chosen, f"exact: the live ledger covers {span}; {replay}", True), book
+    return Exactness(chosen, f"live ledger replayed as asked, but not exact: {gap}; {replay}"), book
 
 
 def _about(seconds: float) -> str:
