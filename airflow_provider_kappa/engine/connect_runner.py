@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -156,8 +157,31 @@ def set_session_conf(spark: Any, conf: Mapping[str, str]) -> None:
     such as a catalog's ``spark.sql.catalog.<name>.*``, which the session's catalogs read when first
     used), or already has the wanted value.
 
+    Two requests in all when every key takes (the usual case): the whole conf in one, through pyspark's
+    public ``SparkSession.builder.config(map=...).getOrCreate()`` (Spark Connect's ``SparkSession``) (on the active session it applies the
+    options in one config request that skips a key the session may not change), then one ``getAll``. A
+    request per key cost 50-120 ms of every slice's start at ~30 keys (benchmarks/README.md). Only the
+    keys ``getAll`` does not show at their value take the per-key path (:func:`_set_each`), which names
+    a refused key with Spark's reason.
+
     :raises ValueError: naming every key that only the server's start can set, with Spark's reason.
     """
+    pending = dict(conf)
+    session_class = type(spark)  # pyspark.sql.connect's SparkSession: its builder is Spark Connect's
+    if pending and session_class.getActiveSession() is spark:
+        with warnings.catch_warnings(record=True) as said:  # the skipped keys' notes: _set_each says it
+            warnings.simplefilter("always")
+            session_class.builder.config(map=pending).getOrCreate()
+        have = spark.conf.getAll
+        pending = {k: v for k, v in pending.items() if have.get(k) != v}
+        for note in said:
+            if not any(key in str(note.message) for key in pending):
+                warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
+    _set_each(spark, pending)
+
+
+def _set_each(spark: Any, conf: Mapping[str, str]) -> None:
+    """:func:`set_session_conf`, one key at a time (two requests a key): ``isModifiable``, then ``set``."""
     from pyspark.errors import PySparkException
 
     refused = []

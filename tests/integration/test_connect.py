@@ -73,6 +73,37 @@ def test_the_runner_gives_the_unchanged_job_its_session_and_refuses_server_keys(
     assert connect_server.alive()  # a session's end never stops the server
 
 
+def test_the_session_conf_goes_in_one_request_and_only_the_keys_that_did_not_take_one_by_one(
+    connect_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice's conf is set in one config request plus one ``getAll``; only a key that did not take (a
+    static one here) goes the per-key way, which names it with Spark's reason; the others are set."""
+    from pyspark.sql.connect.session import SparkSession
+
+    from airflow_provider_kappa.engine import connect_runner
+
+    one_by_one: list[dict[str, str]] = []
+    per_key = connect_runner._set_each
+
+    def spied(spark: Any, conf: dict[str, str]) -> None:
+        one_by_one.append(dict(conf))
+        per_key(spark, conf)
+
+    monkeypatch.setattr(connect_runner, "_set_each", spied)
+    spark = SparkSession.builder.remote(connect_server.url).create()
+    try:
+        conf = {"spark.kappa.job": "t", "spark.sql.shuffle.partitions": "3", "spark.sql.catalog.dim.type": "jdbc"}
+        connect_runner.set_session_conf(spark, conf)
+        assert one_by_one == [{}]
+        assert {key: spark.conf.get(key) for key in conf} == conf
+        with pytest.raises(ValueError, match=r"conf key\(s\) \['spark.ui.enabled'\] cannot be set"):
+            connect_runner.set_session_conf(spark, {**conf, "spark.kappa.job": "u", "spark.ui.enabled": "true"})
+        assert one_by_one[-1] == {"spark.ui.enabled": "true"}
+        assert spark.conf.get("spark.kappa.job") == "u"
+    finally:
+        spark.stop()
+
+
 def test_a_spare_runner_runs_its_slice_and_a_dead_one_gives_way_to_a_fresh_runner(
     tmp_path: Path, connect_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
