@@ -264,13 +264,16 @@ else:
 """.replace("{provider}", TOKEN_PROVIDER)
 
 
-def warm(end: End, python: Path) -> dict[str, str]:
-    """Resolve what the end's tests need from Spark's Ivy (:data:`WARM`); the environment its tests get
-    for it: with a substituted token provider, :data:`KAFKA_JARS_ENV` naming the connector's local jars."""
+def warm(end: End, python: Path, tree: Path) -> dict[str, str]:
+    """Resolve what the end's tests need from Spark's Ivy (:data:`WARM`, run in ``tree``, the copy without
+    the package, so that it imports the installed wheel: ``python -c`` puts its working folder first on the
+    path); the environment its tests get for it: with a substituted token provider, :data:`KAFKA_JARS_ENV`
+    naming the connector's local jars."""
     started = time.monotonic()
     venv = python.parents[1]
     printed = subprocess.run(
         [str(python), "-c", WARM, end.token_provider or ""],
+        cwd=tree,
         env={**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"},
         capture_output=True,
         text=True,
@@ -364,7 +367,7 @@ def compare_digests(ends: list[End], *, required: bool = True) -> list[str]:
 
 def test_end(end: End, python: Path, tree: Path, pytest_args: list[str]) -> bool:
     """The end's tests from ``tree``, a copy of the checkout without the package; True when they pass."""
-    env = {**test_env(python), **warm(end, python)}
+    env = {**test_env(python), **warm(end, python, tree)}
     where = subprocess.run(
         [str(python), "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
         cwd=tree,
