@@ -157,12 +157,12 @@ def set_session_conf(spark: Any, conf: Mapping[str, str]) -> None:
     such as a catalog's ``spark.sql.catalog.<name>.*``, which the session's catalogs read when first
     used), or already has the wanted value.
 
-    Two requests in all when every key takes (the usual case): the whole conf in one, through pyspark's
-    public ``SparkSession.builder.config(map=...).getOrCreate()`` (Spark Connect's ``SparkSession``) (on the active session it applies the
-    options in one config request that skips a key the session may not change), then one ``getAll``. A
-    request per key cost 50-120 ms of every slice's start at ~30 keys (benchmarks/README.md). Only the
-    keys ``getAll`` does not show at their value take the per-key path (:func:`_set_each`), which names
-    a refused key with Spark's reason.
+    Two requests in all when every key takes (the usual case): the whole conf in one, through Spark
+    Connect's public ``SparkSession.builder.config(map=...).getOrCreate()``, which on the active session
+    applies the options in one config request that skips a key the session may not change; then one
+    ``getAll``. A request or two per key took 49-83 ms of a later slice's start at 28 keys
+    (benchmarks/README.md). Only the keys ``getAll`` does not show at their value take the per-key path
+    (:func:`_set_each`), which names a refused key with Spark's reason.
 
     :raises ValueError: naming every key that only the server's start can set, with Spark's reason.
     """
