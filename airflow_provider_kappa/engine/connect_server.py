@@ -323,9 +323,14 @@ class LocalConnectServer:
 
     def warm_python(self) -> dict[str, str]:
         """Environment of a server whose Python processes are forked warm
-        (:mod:`airflow_provider_kappa.spark.warm_daemon`): ``PYSPARK_PYTHON`` is a small wrapper that
-        hands ``python -m pyspark.*`` to the zygote; empty when ``KAPPA_WARM_DAEMON=0`` (Spark's own
-        daemon, cold) or when the job sets ``spark.pyspark.python``."""
+        (:mod:`airflow_provider_kappa.spark.warm_daemon`): ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON``
+        are a small wrapper that hands ``python -m pyspark.*`` to the zygote; empty when
+        ``KAPPA_WARM_DAEMON=0`` (Spark's own daemon, cold) or when the job sets ``spark.pyspark.python``.
+
+        The driver's one matters too: the server looks up the installed Python data sources
+        (``pyspark.sql.worker.lookup_data_sources``, once per server, at the first ``spark.dataSource``
+        call: the first slice's ``read_source``) with the driver's Python. Started cold, that lookup took
+        1.1 s of the first slice's start (benchmarks/README.md)."""
         if os.environ.get(WARM_DAEMON_ENV, "1") == "0" or "spark.pyspark.python" in self.conf:
             return {}
         self._socket_dir = Path(tempfile.mkdtemp(prefix="kappa-wd-"))  # short: AF_UNIX paths are <= 107 bytes
@@ -337,7 +342,11 @@ class LocalConnectServer:
             f'exec "{sys.executable}" "$@"\n'
         )
         wrapper.chmod(0o700)
-        return {"PYSPARK_PYTHON": str(wrapper), SOCKET_ENV: str(self._socket_dir / "zygote.sock")}
+        return {
+            "PYSPARK_PYTHON": str(wrapper),
+            "PYSPARK_DRIVER_PYTHON": str(wrapper),
+            SOCKET_ENV: str(self._socket_dir / "zygote.sock"),
+        }
 
     def _start_zygote(self, env: Mapping[str, str], out: Any) -> None:
         """The warm daemon's zygote, in its own process group; it ends within a second of the server."""

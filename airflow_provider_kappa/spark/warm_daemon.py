@@ -265,7 +265,8 @@ def _fork_manager(conn: socket.socket, others: list[socket.socket]) -> int | Non
             os._exit(code)
     for fd in fds:
         os.close(fd)
-    print(f"warm daemon zygote: forked {' '.join(request['args'][1:2])} as pid {pid}", file=sys.stderr, flush=True)
+    # the module and its first argument (the daemon's worker module, e.g. pyspark.sql.worker.lookup_data_sources)
+    print(f"warm daemon zygote: forked {' '.join(request['args'][1:3])} as pid {pid}", file=sys.stderr, flush=True)
     conn.sendall(_HEADER.pack(pid))
     conn.settimeout(None)
     return pid

@@ -210,6 +210,8 @@ def test_embedded_server_killed_mid_slice_fails_the_slice_and_the_rerun_is_exact
     (log,) = [p for p in checkpoints.rglob("connect/server.log") if p.stat().st_mtime >= began]
     forked = log.read_text(errors="replace")
     assert "warm daemon zygote: " in forked and forked.count("warm daemon zygote: forked pyspark.") >= 4, forked[-3000:]
+    # the server's lookup of installed Python data sources (the driver's Python) forked warm too
+    assert "warm daemon zygote: forked pyspark.daemon pyspark.sql.worker.lookup_data_sources" in forked, forked[-3000:]
     target = catalog.load_table("prod.playback_sessions")
     assert sorted_rows(target) == sorted_rows(pa.Table.from_pylist(expected, schema=sessions_arrow()))
     assert not list(checkpoints.rglob("connect/server.json"))
