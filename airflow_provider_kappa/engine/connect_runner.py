@@ -38,7 +38,6 @@ A Spark Connect client: imports pyspark, never Airflow.
 from __future__ import annotations
 
 import argparse
-import atexit
 import importlib
 import json
 import os
@@ -53,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_kappa.engine.processes import UNFINALIZED_EXIT
 from airflow_provider_kappa.spark.conf_keys import PREFIX
 
 #: This module, run as ``python -m`` by the launcher.
@@ -395,30 +395,12 @@ def _stop(spark: Any, listener: Any) -> None:
         spark.stop()
 
 
-#: The code :func:`main` returned, set by the ``__main__`` block: :func:`_exit_unfinalized` then ends the
-#: process with it (``None``: main did not return, and Python exits as usual).
-_EXIT_CODE: int | None = None
-
-
-def _exit_unfinalized() -> None:
-    """The last exit hook (registered at import, before pyspark's: hooks run last registered first): once
-    :func:`main` has returned and every other hook has run (pyspark's client, a live run's ledger flush),
-    end the process without finalizing the interpreter. The run is over then (its queries stopped, its
-    session released, its progress file written line by line), and the launcher waits for this exit before
-    the next slice starts: the finalization (the modules of pyspark, pyarrow and gRPC torn down) took
-    0.3-0.6 s of every slice's fixed cost (benchmarks/README.md). Open files a job left unclosed are not
-    flushed by it; stdout, stderr and logging are flushed here."""
-    if _EXIT_CODE is None:
-        return
-    if "logging" in sys.modules:
-        sys.modules["logging"].shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(_EXIT_CODE)
-
-
-atexit.register(_exit_unfinalized)
+# the process's last exit hook, registered at import (before pyspark's): once main() returned, the runner
+# ends without the interpreter's finalization (0.3-0.6 s of every slice's fixed cost). The run is over then
+# (its queries stopped, its session released, its progress file written line by line), and the launcher
+# waits for this exit before the next slice starts.
+UNFINALIZED_EXIT.register()
 
 if __name__ == "__main__":
-    _EXIT_CODE = main()
-    sys.exit(_EXIT_CODE)
+    UNFINALIZED_EXIT.code = main()
+    sys.exit(UNFINALIZED_EXIT.code)

@@ -264,9 +264,49 @@ import atexit, sys
 from airflow_provider_kappa.engine import connect_runner
 atexit.register(lambda: open(sys.argv[1], "w").write("hook ran"))
 sys.stdout.write("unflushed output")
-connect_runner._EXIT_CODE = 3
+connect_runner.UNFINALIZED_EXIT.code = 3
 sys.exit(3)
 """
+
+
+#: The ``kappa`` console script's end: a verb that returns 2 (a config that does not exist), an exit hook
+#: registered during the run, output left in stdout's buffer, and an object whose finalizer would say
+#: that the interpreter was finalized.
+_CONSOLE_END = """
+import atexit, sys
+from airflow_provider_kappa import cli
+hook = sys.argv[1]
+class Finalized:
+    def __del__(self, open=open, path=hook + ".finalized"):  # builtins are gone by then: bound here
+        open(path, "w").write("finalized")
+kept = Finalized()
+verbs = cli.main
+def main():  # the verb registers an exit hook as it runs (as a module it imports may)
+    atexit.register(lambda: open(hook, "w").write("hook ran"))
+    sys.stdout.write("unflushed output")
+    return verbs()
+cli.main = main
+sys.argv = ["kappa", "plan", "--config", hook + ".missing.yaml", "--start", "2026-11-01T00:00:00Z",
+            "--end", "2026-11-01T01:00:00Z"]
+cli.console()
+"""
+
+
+def test_the_kappa_command_ends_with_its_verbs_code_after_every_exit_hook_without_finalizing(tmp_path: Path) -> None:
+    """``kappa`` (the console script) skips the interpreter's finalization (0.9 s at the end of a backfill)
+    but not the exit hooks, its buffered output or its verb's exit code."""
+    hook = tmp_path / "hook"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout block-buffered, as a pipe has it
+    ran = subprocess.run(
+        [sys.executable, "-c", _CONSOLE_END, str(hook)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert (ran.returncode, ran.stdout, hook.read_text()) == (2, "unflushed output", "hook ran"), ran.stderr
+    assert "kappa plan: error:" in ran.stderr and ".missing.yaml" in ran.stderr
+    assert not (tmp_path / "hook.finalized").exists()  # no finalization: the object's finalizer never ran
+    # the check can fail: the same script ended by Python (sys.exit, not console()) finalizes the object
+    plain = _CONSOLE_END.replace("cli.console()", "sys.exit(main())")
+    ran = subprocess.run([sys.executable, "-c", plain, str(hook)], capture_output=True, text=True, timeout=60, env=env)
+    assert ran.returncode == 2 and (tmp_path / "hook.finalized").read_text() == "finalized", ran.stderr
 
 
 def test_a_runner_ends_with_mains_code_after_every_exit_hook_and_its_output_flushed(tmp_path: Path) -> None:
@@ -278,7 +318,7 @@ def test_a_runner_ends_with_mains_code_after_every_exit_hook_and_its_output_flus
         [sys.executable, "-c", _RUNNER_END, str(hook)], capture_output=True, text=True, timeout=60, env=env
     )
     assert (ran.returncode, ran.stdout, hook.read_text()) == (3, "unflushed output", "hook ran"), ran.stderr
-    escaped = _RUNNER_END.replace("connect_runner._EXIT_CODE = 3\nsys.exit(3)", "raise SystemExit(2)")
+    escaped = _RUNNER_END.replace("connect_runner.UNFINALIZED_EXIT.code = 3\nsys.exit(3)", "raise SystemExit(2)")
     ran = subprocess.run(
         [sys.executable, "-c", escaped, str(hook)], capture_output=True, text=True, timeout=60, env=env
     )
