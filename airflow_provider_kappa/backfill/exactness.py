@@ -26,9 +26,11 @@ from airflow_provider_kappa.timeparse import human_duration, to_micros
 if TYPE_CHECKING:
     from airflow_provider_kappa.backfill.backfill import Backfill
 
-#: Spark seconds one replayed live batch costs, for the plan's estimate: measured on issue 25's
-#: two-topic job on the project's 2-core machine (64 live batches in 59.5 s of Spark time).
-REPLAY_SECONDS_PER_BATCH = 0.9
+#: Spark seconds one replayed live batch costs, for the plan's estimate: a day of live at a 10 s trigger
+#: replayed in twelve 2-h slices on the project's 2-core machine took 0.49 s a batch for the whole
+#: ``kappa backfill`` (8,641 micro-batches in 4,269.9 s; benchmarks/README.md, "A day, both sides in one
+#: run"). It was 0.9 s from a 64-batch run, where the slices' fixed costs weighed on every batch.
+REPLAY_SECONDS_PER_BATCH = 0.5
 
 
 @dataclass(frozen=True)
