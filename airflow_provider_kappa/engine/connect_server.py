@@ -49,9 +49,12 @@ from airflow_provider_kappa.spark.warm_daemon import SOCKET_ENV
 log = logging.getLogger(__name__)
 
 WARM_DAEMON_MODULE = "airflow_provider_kappa.spark.warm_daemon"
-#: Set to ``1`` to start local servers with the warm daemon (opt-in while it gets more mileage:
-#: benchmarks/README.md measures ~6 s -> ~2 s of fixed cost per slice); unset or ``0``: Spark's own.
+#: Set to ``0`` to start local servers with Spark's own (cold) Python daemon; unset or anything else: the
+#: warm daemon (benchmarks/README.md measured ~6 s -> ~2 s of fixed cost per slice with it).
 WARM_DAEMON_ENV = "KAPPA_WARM_DAEMON"
+#: How often a server's start looks for its port, and its stop for its end: both are on a backfill's
+#: critical path (a check is a local connect or a read of /proc: microseconds).
+POLL_SECONDS = 0.05
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: How long a server whose JVM writes the class archive at exit may take to stop before SIGKILL (which
 #: loses the archive): the stop took ~15 s longer for a 191 MB archive on a 2-core machine (2M-row backfill).
@@ -193,7 +196,7 @@ def stop_group(pid: int, start_ticks: int | None, timeout: float = 30.0) -> None
         while time.monotonic() < deadline:
             if _start_ticks(pid) != start_ticks:
                 return
-            time.sleep(0.2)
+            time.sleep(POLL_SECONDS)
 
 
 def stop_owned(path: Path) -> None:
@@ -404,7 +407,7 @@ class LocalConnectServer:
                 raise KappaEngineError(
                     f"local Spark Connect server on {url} {why}; log {self.log_file}, last lines:\n{log_tail(self.log_file)}"
                 )
-            time.sleep(0.25)
+            time.sleep(POLL_SECONDS)
         self.seconds = time.monotonic() - began
         log.info(
             "Spark Connect server %s (pid %d) ready in %.1fs, log %s", url, self.proc.pid, self.seconds, self.log_file
