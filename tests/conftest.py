@@ -30,7 +30,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 # Every JVM the tests start through the `java` launcher (spark-submit and its launcher, the Connect servers,
 # the Kafka broker, the REST catalog, the Spark cluster's master, workers and executors) compiles with C1 only:
-# on test-sized data a JVM spends its CPU starting, and C2's compiler threads are most of it (a small
+# on test-sized data a JVM spends its CPU starting, and C2's compiler threads are a large share of it (a small
 # spark-submit: 26-31 CPU-s with C2, 17 with C1 only; the integration and deploy tiers 3348 -> 2464 CPU-s:
 # docs/testing.md, session 31). The JVM prints "NOTE: Picked up JDK_JAVA_OPTIONS" on its stderr. Benchmarks
 # and users keep the JVM's default (tiered C2).
