@@ -30,8 +30,9 @@ install: $(STAMP)
 # both ends of the supported Python range from the wheel, not the checkout (tests/compat/run.py): Python
 # 3.10 with the lowest declared Airflow, providers and pyiceberg, Python 3.13 with the newest; each in a
 # venv of its own under .cache/compat, reused while the wheel and its constraints are the same
+# (COMPAT_ARGS: tests/compat/run.py's options, e.g. `--jobs 1`, one end at a time, as .ci/run gives it)
 test-compat: $(STAMP)
-	$(BIN)/python tests/compat/run.py
+	$(BIN)/python tests/compat/run.py $(COMPAT_ARGS)
 
 # ruff lint + format check (pyproject.toml [tool.ruff]); part of `make test`
 lint: $(STAMP)

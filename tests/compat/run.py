@@ -18,7 +18,9 @@
 5. Then, once an end is done (never three at once), the Spark 4.1 end (:data:`SPARK41_TESTS`: Iceberg's own
    SparkCatalog in a job, on the newest Spark Iceberg builds a runtime for, with Python 3.12).
 
-Usage: ``python tests/compat/run.py [--end low|high|spark41]... [--fresh] [pytest args...]``. Exit non-zero when
+``--jobs 1`` installs and tests one end at a time, in that order (CI: the ends run beside ``make test``).
+
+Usage: ``python tests/compat/run.py [--end low|high|spark41]... [--fresh] [--jobs 1|2] [pytest args...]``. Exit non-zero when
 an end fails to install or its tests fail. Standard library only: runs under any supported Python.
 """
 
@@ -404,6 +406,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--end", action="append", choices=sorted(ENDS), help="an end to run (default: all)")
     parser.add_argument("--fresh", action="store_true", help="reinstall the venvs even when their stamp matches")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="ends installed and tested at once (default 2; CI gives 1: it runs the ends beside `make test`)",
+    )
     args, pytest_args = parser.parse_known_args(argv)
     CACHE.mkdir(parents=True, exist_ok=True)
     failed = []
@@ -423,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         def install_and_test(end: End) -> bool:
             return test_end(end, install(end, wheel, args.fresh), trees[end.name], pytest_args)
 
-        with ThreadPoolExecutor(max_workers=min(2, len(ends))) as pool:
+        with ThreadPoolExecutor(max_workers=min(args.jobs, len(ends))) as pool:
             results = list(zip(ends, pool.map(install_and_test, ends)))
         failed += [end.name for end, passed in results if not passed]
     if not failed:
