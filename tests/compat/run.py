@@ -423,9 +423,10 @@ def main(argv: list[str] | None = None) -> int:
         source, trees = snapshot(work, ends)
         wheel = build_wheel(source)
         log(f"built {wheel.name} in {time.monotonic() - started:.0f} s")
-        # two ends install and run their tests at once: the tests wait on JVM starts, spark-submits and
-        # Airflow more than they compute, so two ends overlap well even on two cores; the Spark 4.1 end (listed
-        # last) starts when one of them is done (a third at once would crowd Spark 4.0's 10-s connect-back)
+        # two ends install and run their tests at once (--jobs 2, the default): the tests wait on JVM starts,
+        # spark-submits and Airflow more than they compute, so two ends overlap well even on two cores; the Spark
+        # 4.1 end (listed last) starts when one of them is done (a third at once would crowd Spark 4.0's 10-s
+        # connect-back). --jobs 1 (CI, beside `make test`): one end after the other, in the order listed
         for end in ends:
             shutil.rmtree(digest_dir(end.name), ignore_errors=True)
 
