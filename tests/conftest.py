@@ -37,9 +37,11 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 JIT_OPTION = "-XX:TieredStopAtLevel=1"
 if JIT_OPTION not in os.environ.get("JDK_JAVA_OPTIONS", ""):
     os.environ["JDK_JAVA_OPTIONS"] = f"{os.environ.get('JDK_JAVA_OPTIONS', '')} {JIT_OPTION}".strip()
-# every spark-submit of the session shares one class archive, written by the first and
-# removed at the end (never the user's ~/.cache)
-_CDS = tempfile.mkdtemp(prefix="kappa-test-cds-")
+# every spark-submit of the session shares one class archive, written by the first and removed at the end
+# (never the user's ~/.cache); $KAPPA_TEST_CDS_DIR instead: a folder several sessions share and nobody removes
+# (.ci/run's two streams: the second's sessions map the archives the first wrote)
+_SHARED_CDS = os.environ.get("KAPPA_TEST_CDS_DIR")
+_CDS = _SHARED_CDS or tempfile.mkdtemp(prefix="kappa-test-cds-")
 os.environ["KAPPA_CACHE_DIR"] = _CDS
 sys.path.insert(0, str(Path(__file__).parent))
 # `make test-compat` (tests/compat/run.py) tests an installed wheel: the package must come from that
@@ -97,7 +99,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    shutil.rmtree(_CDS, ignore_errors=True)
+    if not _SHARED_CDS:
+        shutil.rmtree(_CDS, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,8 @@ one-slice ``playback_sessions`` backfill (2 cores, Java 17): the slice's spark-s
 50.8 s without the archive and 41.3 s with it (CPU 66 s -> 51 s); writing the archive costs
 the first run about 20 s more. See ``docs/deployment.md``.
 
-The archive is keyed by the ``java`` binary and by Spark's jar folder (names and sizes), so
-a different JDK or Spark gets its own. One run at a time writes it (a lock file, taken with
+The archive is keyed by the ``java`` binary and by Spark's jar folder (its path, the jars' names and
+sizes), so a different JDK, Spark or venv gets its own. One run at a time writes it (a lock file, taken with
 ``O_EXCL``); the others run without it meanwhile. It is written under a temporary name and
 renamed once the run succeeded, so a killed run never leaves half an archive. A JVM that
 cannot map the archive runs without it (``-Xshare:auto``): the archive changes speed only,
@@ -95,6 +95,9 @@ def archive_key(java: Path, home: Path, extra_classpath: str = "", main_class: s
     digest = hashlib.sha256()
     stat = java.stat()
     digest.update(f"{java}|{stat.st_size}|{stat.st_mtime_ns}|{extra_classpath}\n".encode())
+    # the folder too: the JDK maps an archive only into a JVM whose class path names the same jar paths, so the
+    # same Spark in another venv (same jar names and sizes) needs an archive of its own
+    digest.update(f"jars {jars.resolve()}\n".encode())
     if main_class is not None:
         digest.update(f"main {main_class}\n".encode())
     for jar in sorted(jars.glob("*.jar")):

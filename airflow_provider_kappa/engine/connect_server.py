@@ -20,19 +20,16 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from airflow_provider_kappa.engine.class_data_sharing import ClassDataSharing
 from airflow_provider_kappa.engine.class_data_sharing import plan as plan_class_data_sharing
@@ -41,17 +38,13 @@ from airflow_provider_kappa.engine.iceberg_spark import iceberg_spark_conf
 from airflow_provider_kappa.engine.processes import child_options
 from airflow_provider_kappa.engine.processes import start_ticks as _start_ticks
 from airflow_provider_kappa.engine.submit import spark_env, write_properties_file
+from airflow_provider_kappa.engine.warm_python import WarmPython, warm_enabled
 from airflow_provider_kappa.exceptions import KappaConfigError, KappaEngineError
 from airflow_provider_kappa.job.config import JobConfig
 from airflow_provider_kappa.spark.conf_keys import PREFIX
-from airflow_provider_kappa.spark.warm_daemon import SOCKET_ENV
 
 log = logging.getLogger(__name__)
 
-WARM_DAEMON_MODULE = "airflow_provider_kappa.spark.warm_daemon"
-#: Set to ``0`` to start local servers with Spark's own (cold) Python daemon; unset or anything else: the
-#: warm daemon (benchmarks/README.md measured ~6 s -> ~2 s of fixed cost per slice with it).
-WARM_DAEMON_ENV = "KAPPA_WARM_DAEMON"
 #: How often a server's start looks for its port, and its stop for its end: both are on a backfill's
 #: critical path (a check is a local connect or a read of /proc: microseconds).
 POLL_SECONDS = 0.05
@@ -224,7 +217,7 @@ class LocalConnectServer:
     server and to kappa's clients by environment, kept in the 0600 state file); its URL names host
     ``localhost`` (pyspark's client sends a token without TLS only to ``localhost``). Master ``job.master``; the job's ``spark_conf`` keys a session cannot set go to it at start
     (in a 0600 properties file). It leads its own process group and is stopped by its pid. Its Python
-    processes fork from a warm zygote (:meth:`warm_python`, :mod:`airflow_provider_kappa.spark.warm_daemon`)
+    processes fork from a warm zygote (:meth:`warm_python`, :mod:`airflow_provider_kappa.engine.warm_python`)
     unless ``KAPPA_WARM_DAEMON=0``. Use it as a context manager, or :meth:`start` / :meth:`stop`.
 
     :param cfg: the job config (``job.master``, ``job.spark_conf``, ``job.name``).
@@ -267,8 +260,7 @@ class LocalConnectServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.state: ServerState | None = None
         self.seconds = 0.0
-        self.zygote: subprocess.Popen[bytes] | None = None
-        self._socket_dir: Path | None = None
+        self.warm: WarmPython | None = None
         self._token: str | None = None
         self._halted = False  # stop() was called: a start() under way in another thread ends, stopped
 
@@ -326,42 +318,18 @@ class LocalConnectServer:
 
     def warm_python(self) -> dict[str, str]:
         """Environment of a server whose Python processes are forked warm
-        (:mod:`airflow_provider_kappa.spark.warm_daemon`): ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON``
-        are a small wrapper that hands ``python -m pyspark.*`` to the zygote; empty when
-        ``KAPPA_WARM_DAEMON=0`` (Spark's own daemon, cold) or when the job sets ``spark.pyspark.python``.
+        (:class:`~airflow_provider_kappa.engine.warm_python.WarmPython`): ``PYSPARK_PYTHON`` and
+        ``PYSPARK_DRIVER_PYTHON`` are a small wrapper that hands ``python -m pyspark.*`` to the zygote; empty
+        when ``KAPPA_WARM_DAEMON=0`` (Spark's own daemon, cold) or when the job sets ``spark.pyspark.python``.
 
         The driver's one matters too: the server looks up the installed Python data sources
         (``pyspark.sql.worker.lookup_data_sources``, once per server, at the first ``spark.dataSource``
         call: the first slice's ``read_source``) with the driver's Python. Started cold, that lookup took
         1.1 s of the first slice's start (benchmarks/README.md)."""
-        if os.environ.get(WARM_DAEMON_ENV, "1") == "0" or "spark.pyspark.python" in self.conf:
+        if not warm_enabled(self.conf):
             return {}
-        self._socket_dir = Path(tempfile.mkdtemp(prefix="kappa-wd-"))  # short: AF_UNIX paths are <= 107 bytes
-        wrapper = self.work / "python"
-        wrapper.write_text(
-            "#!/bin/sh\n"
-            "# PYSPARK_PYTHON of a kappa-owned Spark Connect server: pyspark's own processes forked warm\n"
-            f'if [ "$1" = "-m" ]; then case "$2" in pyspark.*) exec "{sys.executable}" -m {WARM_DAEMON_MODULE} --run "$@";; esac; fi\n'
-            f'exec "{sys.executable}" "$@"\n'
-        )
-        wrapper.chmod(0o700)
-        return {
-            "PYSPARK_PYTHON": str(wrapper),
-            "PYSPARK_DRIVER_PYTHON": str(wrapper),
-            SOCKET_ENV: str(self._socket_dir / "zygote.sock"),
-        }
-
-    def _start_zygote(self, env: Mapping[str, str], out: Any) -> None:
-        """The warm daemon's zygote, in its own process group; it ends within a second of the server."""
-        assert self.proc is not None
-        self.zygote = subprocess.Popen(
-            [sys.executable, "-m", WARM_DAEMON_MODULE, "--serve", env[SOCKET_ENV], "--watch-pid", str(self.proc.pid)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=dict(env),
-            start_new_session=True,
-        )
+        self.warm = WarmPython()
+        return self.warm.env()
 
     def start(self) -> LocalConnectServer:
         """Start the server and wait until it accepts connections; record its state file.
@@ -383,13 +351,8 @@ class LocalConnectServer:
                 env=env,
                 **(child_options() if self.die_with_parent else {"start_new_session": True}),
             )
-            if SOCKET_ENV in env:
-                try:
-                    self._start_zygote({k: v for k, v in env.items() if k != TOKEN_ENV}, out)
-                except OSError as e:  # the server still runs, its Python processes start cold
-                    log.warning(
-                        "warm daemon not started (%s: %s); Spark's Python processes start cold", type(e).__name__, e
-                    )
+            if self.warm is not None:
+                self.warm.start({k: v for k, v in env.items() if k != TOKEN_ENV}, self.proc.pid, out)
         url = f"sc://localhost:{port}"  # bound to 127.0.0.1; localhost: the client's token without TLS
         self.state = ServerState(url, self.proc.pid, _start_ticks(self.proc.pid), str(self.log_file), self._token)
         self.state.write(self.state_file)
@@ -425,14 +388,13 @@ class LocalConnectServer:
             stop_group(
                 self.proc.pid, self.state.start_ticks if self.state else None, ARCHIVE_STOP_SECONDS if writing else 30.0
             )
-        if self.zygote is not None and self.zygote.poll() is None:
-            self.zygote.terminate()
-        for proc in (self.proc, self.zygote):
-            if proc is not None:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.warm is not None:
+            self.warm.stop()
         if self.sharing is not None:
             # the archive its JVM wrote at exit: kept when it ended on the SIGTERM (143) or by itself
             code = self.proc.returncode if self.proc is not None else None
@@ -442,8 +404,6 @@ class LocalConnectServer:
                 self.sharing.abandon()
             self.sharing = None
         stop_owned(self.state_file)
-        if self._socket_dir is not None:
-            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalConnectServer:
         return self.start()

@@ -33,11 +33,13 @@ from airflow_provider_kappa.engine.submit_args import (
     SUBMIT_PREFIX,
     SubmitArgs,
     check_kubernetes_provider,
+    is_local,
     kubernetes_provider_missing,
     read_spark_defaults,
     spark_defaults_path,
     submit_args,
 )
+from airflow_provider_kappa.engine.warm_python import WarmPython, warm_enabled
 from airflow_provider_kappa.exceptions import KappaConfigError
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,7 @@ def submit(
     conn_id: str | None = None,
     class_data_sharing: bool = True,
     application_args: Sequence[str] = (),
+    warm: WarmPython | None = None,
 ) -> None:
     """Run ``application`` once with spark-submit and wait for it; raise if it fails.
 
@@ -103,6 +106,9 @@ def submit(
     :param class_data_sharing: map (or, on a machine's first run, write) the driver JVM's
         class archive (:mod:`airflow_provider_kappa.engine.class_data_sharing`; ``job.class_data_sharing``).
     :param application_args: arguments of the application.
+    :param warm: with a local master, Spark's Python processes fork from this zygote, started here
+        if it does not run yet (:mod:`~airflow_provider_kappa.engine.warm_python`), unless the job or
+        the platform's defaults set ``spark.pyspark.python`` or ``KAPPA_WARM_DAEMON=0``.
     """
     application, properties_file = Path(application).resolve(), Path(properties_file).resolve()
     if not application.is_file():
@@ -117,12 +123,17 @@ def submit(
     )
     connection = resolved_connection(hook)  # master and deploy mode
     run_id = uuid.uuid4().hex
+    defaults = read_spark_defaults(spark_defaults_path())
+    python, warm_env = sys.executable, {}
+    if warm is not None and is_local(connection["master"]) and warm_enabled(conf, defaults):
+        warm.start({**os.environ, **spark_env()}, os.getpid())
+        python, warm_env = str(warm.wrapper), warm.env()
     args = submit_args(
         {**conf, RUN_ID: run_id},
         master=connection["master"],
-        python=sys.executable,
+        python=python,
         deploy_mode=connection.get("deploy_mode"),
-        defaults=read_spark_defaults(spark_defaults_path()),
+        defaults=defaults,
         venv_bin=str(Path(sys.executable).parent),
     )
     _log_submit(name, args)
@@ -130,7 +141,7 @@ def submit(
     if class_data_sharing:
         sharing = plan_class_data_sharing(args.conf, driver_on_cluster=args.deploy_mode == "cluster")
     write_properties_file(sharing.conf if sharing else args.conf, properties_file)
-    popen: dict[str, Any] = {"env": {**os.environ, **args.local_env}}
+    popen: dict[str, Any] = {"env": {**os.environ, **warm_env, **args.local_env}}
     if args.driver_links:
         popen["cwd"] = str(_driver_folder(properties_file, args.driver_links))
     began = time.time()
@@ -266,7 +277,9 @@ def stop_submit(hook: Any, timeout: float = 60.0) -> None:
 
 class SubmitEngine(Engine):
     """Engine ``submit``: every slice is one spark-submit through SparkSubmitHook, its progress
-    read back from the run's own event log.
+    read back from the run's own event log. With a local master, Spark's Python processes fork from a
+    warm zygote (:mod:`~airflow_provider_kappa.engine.warm_python`): one for all the slices between
+    :meth:`start` and :meth:`stop` (``kappa backfill``), else one per slice (an Airflow slice task).
 
     :param cfg: the job config (``job.master``, ``job.class_data_sharing``).
     :param conn_id: an Airflow Spark connection to submit through (default: ``job.master``).
@@ -281,18 +294,43 @@ class SubmitEngine(Engine):
         self.cfg = cfg
         self.conn_id = conn_id
         self.submit_fn = submit_fn or submit
+        self._started = False
+        self._warm: WarmPython | None = None
+
+    def start(self) -> None:
+        """Keep the warm zygote, once the first slice started it, for the slices up to :meth:`stop`."""
+        self._started = True
 
     def run(self, request: SliceRunRequest) -> list[dict[str, Any]]:
         """One spark-submit of the slice; see :meth:`Engine.run`."""
         events = request.private / "eventlog"
         events.mkdir()
-        self.submit_fn(
-            request.application,
-            {**request.conf, **event_log_conf(events)},
-            properties_file=request.private / "spark.properties",
-            name=request.name,
-            master=self.cfg.job.master,
-            conn_id=self.conn_id,
-            class_data_sharing=self.cfg.job.class_data_sharing,
-        )
+        if self._warm is None:
+            self._warm = WarmPython()  # nothing on disk until submit() finds a local master and starts it
+        try:
+            self.submit_fn(
+                request.application,
+                {**request.conf, **event_log_conf(events)},
+                properties_file=request.private / "spark.properties",
+                name=request.name,
+                master=self.cfg.job.master,
+                conn_id=self.conn_id,
+                class_data_sharing=self.cfg.job.class_data_sharing,
+                warm=self._warm,
+            )
+        finally:
+            if not self._started:
+                self._stop_warm()
         return read_progress(events)
+
+    def stop(self) -> None:
+        """Stop the warm zygote (idempotent)."""
+        self._started = False
+        self._stop_warm()
+
+    def _stop_warm(self) -> None:
+        warm, self._warm = self._warm, None
+        if warm is not None:
+            if warm.zygote is not None:
+                log.info("warm daemon: %d of Spark's Python processes forked warm", warm.forked())
+            warm.stop()

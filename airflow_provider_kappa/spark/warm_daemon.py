@@ -31,6 +31,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -181,11 +182,8 @@ def serve(path: str, watch_pid: int | None) -> None:
         if os.path.exists(path):
             os.unlink(path)
         folder = os.path.dirname(path)
-        if os.path.basename(folder).startswith("kappa-wd-"):
-            try:
-                os.rmdir(folder)
-            except OSError:
-                pass
+        if os.path.basename(folder).startswith("kappa-wd-"):  # kappa's private folder (engine/warm_python.py)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

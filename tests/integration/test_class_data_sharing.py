@@ -6,6 +6,7 @@ log to see Spark's classes come from the archive."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -19,7 +20,7 @@ from airflow_provider_kappa.engine.submit import submit
 
 @pytest.fixture()
 def home(tmp_path: Path) -> Path:
-    """A Spark home with two jars (the archive key reads names and sizes only)."""
+    """A Spark home with two jars (the archive key reads their folder, names and sizes only)."""
     jars = tmp_path / "spark" / "jars"
     jars.mkdir(parents=True)
     (jars / "spark-core.jar").write_bytes(b"x" * 10)
@@ -129,6 +130,10 @@ def test_the_archive_key_follows_spark_java_and_class_path(home: Path) -> None:
     assert key != cds.archive_key(java, home)
     # a JVM that is not a job's driver (the local Connect server) gets an archive of its own
     assert cds.archive_key(java, home, main_class="org.example.Server") not in (key, cds.archive_key(java, home))
+    # the same jars in another folder (another venv's Spark): the JDK would refuse to map this one there
+    other = home.parent / "other-venv-spark"
+    shutil.copytree(home, other)
+    assert cds.archive_key(java, other) != cds.archive_key(java, home)
 
 
 def test_a_jvm_that_may_only_map_writes_no_archive(tmp_path: Path, home: Path) -> None:

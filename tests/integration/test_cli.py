@@ -4,6 +4,8 @@ nothing written, and a real end-to-end backfill (local Spark) replacing a seeded
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +98,6 @@ def record_compat_digest(name: str, rows: list[tuple[Any, ...]], out: str) -> No
     runner (tests/compat/run.py) compares both ends' files: the lowest and the newest Spark must agree."""
     import hashlib
     import os
-    import re
 
     folder = os.environ.get("KAPPA_COMPAT_DIGEST_DIR")
     if not folder:
@@ -129,12 +130,24 @@ def test_backfill_replaces_the_bad_window_end_to_end(
     url = request.getfixturevalue("connect_server").url if engine == "connect" else None
     config = write_job_config(tmp_path, catalog_props, engine=engine, connect_url=url)
     monkeypatch.setenv("COLUMNS", "200")
+    # the submit engine's own log, on its logger (Airflow's logging setup replaces the root's handlers)
+    submit_log: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: submit_log.append(record.getMessage())  # type: ignore[method-assign]
+    engine_logger = logging.getLogger("airflow_provider_kappa.engine.submit")
+    engine_logger.addHandler(handler)
+    monkeypatch.setattr(engine_logger, "level", logging.INFO)
+    request.addfinalizer(lambda: engine_logger.removeHandler(handler))
     expected = seed_sessions_incident(catalog)
     code, out, err = kappa(capsys, "backfill", "--config", str(config), *WINDOW, *OPTIONS, "--min-match", "50")
     assert code == 0, out + err
     target = catalog.load_table("prod.playback_sessions")
     assert sorted_rows(target) == sorted_rows(pa.Table.from_pylist(expected, schema=sessions_arrow()))
     assert "s0000 rows read" in out and "s0001 rows read" in out and "micro-batches" in out
+    if engine == "submit":  # local master: both slices' Python processes forked from one warm zygote
+        said = "\n".join(submit_log)
+        forked = [int(n) for n in re.findall(r"warm daemon: (\d+) of Spark's Python processes forked warm", said)]
+        assert len(forked) == 1 and forked[0] >= 2 * 4, said[-3000:]
     record_compat_digest(f"backfill-{engine}", sorted_rows(target), out)
     assert "match rate" in out and "slices run 2/2" in out and "published snapshot" in out
     published = target.current_snapshot().snapshot_id
