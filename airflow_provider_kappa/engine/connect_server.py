@@ -35,7 +35,7 @@ from airflow_provider_kappa.engine.class_data_sharing import ClassDataSharing
 from airflow_provider_kappa.engine.class_data_sharing import plan as plan_class_data_sharing
 from airflow_provider_kappa.engine.connect_runner import TOKEN_ENV
 from airflow_provider_kappa.engine.iceberg_spark import iceberg_spark_conf
-from airflow_provider_kappa.engine.processes import child_options
+from airflow_provider_kappa.engine.processes import child_options, holds_listener
 from airflow_provider_kappa.engine.processes import start_ticks as _start_ticks
 from airflow_provider_kappa.engine.submit import spark_env, write_properties_file
 from airflow_provider_kappa.engine.warm_python import WarmPython, warm_enabled
@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 #: How often a server's start looks for its port, and its stop for its end: both are on a backfill's
 #: critical path (a check is a local connect or a read of /proc: microseconds).
 POLL_SECONDS = 0.05
+#: Starts of a local server whose free port another process took before it bound it.
+PORT_ATTEMPTS = 3
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: How long a server whose JVM writes the class archive at exit may take to stop before SIGKILL (which
 #: loses the archive): the stop took ~15 s longer for a 191 MB archive on a 2-core machine (2M-row backfill).
@@ -332,15 +334,33 @@ class LocalConnectServer:
         return self.warm.env()
 
     def start(self) -> LocalConnectServer:
-        """Start the server and wait until it accepts connections; record its state file.
+        """Start the server and wait until it accepts connections; record its state file. A server whose
+        port another process took before it bound it (the port is chosen free, then given to it) is
+        started again on another port, up to :data:`PORT_ATTEMPTS` times.
 
         :raises KappaEngineError: it exits or does not listen within ``start_timeout``; the message
             holds the tail of its log.
         """
         self.work.mkdir(parents=True, exist_ok=True)
-        port = free_port()
         began = time.monotonic()
         self._token = secrets.token_urlsafe(32)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if self._wait_ready(self._launch(free_port()), began, retry=attempt < PORT_ATTEMPTS):
+                break
+        assert self.proc is not None
+        self.seconds = time.monotonic() - began
+        log.info(
+            "Spark Connect server %s (pid %d) ready in %.1fs, log %s",
+            self.url,
+            self.proc.pid,
+            self.seconds,
+            self.log_file,
+        )
+        return self
+
+    def _launch(self, port: int) -> str:
+        """Start the server's process on ``port`` (and its warm zygote) and record its state file; its URL."""
+        assert self._token is not None
         env = {**os.environ, **spark_env(), **self.warm_python(), TOKEN_ENV: self._token}
         with self.log_file.open("wb") as out:
             self.proc = subprocess.Popen(
@@ -356,9 +376,33 @@ class LocalConnectServer:
         url = f"sc://localhost:{port}"  # bound to 127.0.0.1; localhost: the client's token without TLS
         self.state = ServerState(url, self.proc.pid, _start_ticks(self.proc.pid), str(self.log_file), self._token)
         self.state.write(self.state_file)
-        while self._halted or not port_open(url, timeout=0.5):
-            if self._halted or self.proc.poll() is not None or time.monotonic() - began > self.start_timeout:
-                code = self.proc.poll()
+        return url
+
+    def _wait_ready(self, url: str, began: float, *, retry: bool) -> bool:
+        """Wait until the server listens on ``url``'s port itself: ``True``. ``False`` when it exited after
+        another process took that port (``retry``: the caller starts it again on another one).
+
+        :raises KappaEngineError: it exited, was stopped, or did not listen within ``start_timeout``.
+        """
+        assert self.proc is not None
+        port = int(url.rsplit(":", 1)[1])
+        taken = False  # the port answered, but not from the server
+        while True:
+            if not self._halted and port_open(url, timeout=0.5):
+                if holds_listener(self.proc.pid, port) is not False:
+                    return True
+                taken = True
+            code = self.proc.poll()
+            if self._halted or code is not None or time.monotonic() - began > self.start_timeout:
+                if retry and taken and code is not None and not self._halted:
+                    log.warning(
+                        "local Spark Connect server: another process took port %d before it bound it (it exited "
+                        "with code %d); starting it on another port",
+                        port,
+                        code,
+                    )
+                    self._discard_attempt()
+                    return False
                 self.stop()
                 why = (
                     "was stopped while it started"
@@ -371,11 +415,15 @@ class LocalConnectServer:
                     f"local Spark Connect server on {url} {why}; log {self.log_file}, last lines:\n{log_tail(self.log_file)}"
                 )
             time.sleep(POLL_SECONDS)
-        self.seconds = time.monotonic() - began
-        log.info(
-            "Spark Connect server %s (pid %d) ready in %.1fs, log %s", url, self.proc.pid, self.seconds, self.log_file
-        )
-        return self
+
+    def _discard_attempt(self) -> None:
+        """Forget an attempt whose process exited: its warm zygote and its class archive plan."""
+        if self.warm is not None:
+            self.warm.stop()
+            self.warm = None
+        if self.sharing is not None:
+            self.sharing.abandon()
+            self.sharing = None
 
     def stop(self) -> None:
         """Stop the server's process group (and a restart recorded in the state file); remove the state file.

@@ -53,6 +53,39 @@ def start_ticks(pid: int) -> int | None:
     return None if fields[0] == "Z" else int(fields[19])
 
 
+def holds_listener(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the listening TCP socket of ``port`` on this host (Linux's
+    ``/proc/net/tcp*`` and ``/proc/<pid>/fd``); ``None`` where this cannot be told (no ``/proc``).
+    A port chosen free can be taken by another process before the child binds it: the port then
+    answers, but not from the child."""
+    sockets = set()
+    tables = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        tables += 1
+        for row in rows:
+            fields = row.split()  # sl local_address rem_address st ... inode
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                sockets.add(f"socket:[{fields[9]}]")
+    if not tables:
+        return None
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # gone
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in sockets:
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False
+
+
 def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None

@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,8 +108,9 @@ def submit(
         class archive (:mod:`airflow_provider_kappa.engine.class_data_sharing`; ``job.class_data_sharing``).
     :param application_args: arguments of the application.
     :param warm: with a local master, Spark's Python processes fork from this zygote, started here
-        if it does not run yet (:mod:`~airflow_provider_kappa.engine.warm_python`), unless the job or
-        the platform's defaults set ``spark.pyspark.python`` or ``KAPPA_WARM_DAEMON=0``.
+        if it does not run yet (:mod:`~airflow_provider_kappa.engine.warm_python`); default: one of this
+        call's own, stopped when it returns. Not when the job or the platform's defaults set
+        ``spark.pyspark.python``, nor with ``KAPPA_WARM_DAEMON=0``.
     """
     application, properties_file = Path(application).resolve(), Path(properties_file).resolve()
     if not application.is_file():
@@ -124,28 +126,32 @@ def submit(
     connection = resolved_connection(hook)  # master and deploy mode
     run_id = uuid.uuid4().hex
     defaults = read_spark_defaults(spark_defaults_path())
-    python, warm_env = sys.executable, {}
-    if warm is not None and is_local(connection["master"]) and warm_enabled(conf, defaults):
-        warm.start({**os.environ, **spark_env()}, os.getpid())
-        python, warm_env = str(warm.wrapper), warm.env()
-    args = submit_args(
-        {**conf, RUN_ID: run_id},
-        master=connection["master"],
-        python=python,
-        deploy_mode=connection.get("deploy_mode"),
-        defaults=defaults,
-        venv_bin=str(Path(sys.executable).parent),
-    )
-    _log_submit(name, args)
-    sharing = None
-    if class_data_sharing:
-        sharing = plan_class_data_sharing(args.conf, driver_on_cluster=args.deploy_mode == "cluster")
-    write_properties_file(sharing.conf if sharing else args.conf, properties_file)
-    popen: dict[str, Any] = {"env": {**os.environ, **warm_env, **args.local_env}}
-    if args.driver_links:
-        popen["cwd"] = str(_driver_folder(properties_file, args.driver_links))
-    began = time.time()
-    _run_hook(hook, name, application, popen, sharing)
+    with ExitStack() as stack:
+        python, warm_env = sys.executable, {}
+        if is_local(connection["master"]) and warm_enabled(conf, defaults):
+            if warm is None:  # this call's own zygote
+                warm = WarmPython()
+                stack.callback(warm.stop)
+            warm.start({**os.environ, **spark_env()}, os.getpid())
+            python, warm_env = str(warm.wrapper), warm.env()
+        args = submit_args(
+            {**conf, RUN_ID: run_id},
+            master=connection["master"],
+            python=python,
+            deploy_mode=connection.get("deploy_mode"),
+            defaults=defaults,
+            venv_bin=str(Path(sys.executable).parent),
+        )
+        _log_submit(name, args)
+        sharing = None
+        if class_data_sharing:
+            sharing = plan_class_data_sharing(args.conf, driver_on_cluster=args.deploy_mode == "cluster")
+        write_properties_file(sharing.conf if sharing else args.conf, properties_file)
+        popen: dict[str, Any] = {"env": {**os.environ, **warm_env, **args.local_env}}
+        if args.driver_links:
+            popen["cwd"] = str(_driver_folder(properties_file, args.driver_links))
+        began = time.time()
+        _run_hook(hook, name, application, popen, sharing)
     if args.user_event_log and args.event_log_dir and PROGRESS_DIR in conf:
         _collect(args.event_log_dir, run_id, conf[PROGRESS_DIR], began)
 
@@ -294,43 +300,31 @@ class SubmitEngine(Engine):
         self.cfg = cfg
         self.conn_id = conn_id
         self.submit_fn = submit_fn or submit
-        self._started = False
         self._warm: WarmPython | None = None
 
     def start(self) -> None:
-        """Keep the warm zygote, once the first slice started it, for the slices up to :meth:`stop`."""
-        self._started = True
+        """One warm zygote for the slices up to :meth:`stop`: the first slice with a local master starts it."""
+        if self._warm is None:
+            self._warm = WarmPython()  # nothing on disk until submit() starts it
 
     def run(self, request: SliceRunRequest) -> list[dict[str, Any]]:
         """One spark-submit of the slice; see :meth:`Engine.run`."""
         events = request.private / "eventlog"
         events.mkdir()
-        if self._warm is None:
-            self._warm = WarmPython()  # nothing on disk until submit() finds a local master and starts it
-        try:
-            self.submit_fn(
-                request.application,
-                {**request.conf, **event_log_conf(events)},
-                properties_file=request.private / "spark.properties",
-                name=request.name,
-                master=self.cfg.job.master,
-                conn_id=self.conn_id,
-                class_data_sharing=self.cfg.job.class_data_sharing,
-                warm=self._warm,
-            )
-        finally:
-            if not self._started:
-                self._stop_warm()
+        self.submit_fn(
+            request.application,
+            {**request.conf, **event_log_conf(events)},
+            properties_file=request.private / "spark.properties",
+            name=request.name,
+            master=self.cfg.job.master,
+            conn_id=self.conn_id,
+            class_data_sharing=self.cfg.job.class_data_sharing,
+            warm=self._warm,
+        )
         return read_progress(events)
 
     def stop(self) -> None:
         """Stop the warm zygote (idempotent)."""
-        self._started = False
-        self._stop_warm()
-
-    def _stop_warm(self) -> None:
         warm, self._warm = self._warm, None
         if warm is not None:
-            if warm.zygote is not None:
-                log.info("warm daemon: %d of Spark's Python processes forked warm", warm.forked())
             warm.stop()

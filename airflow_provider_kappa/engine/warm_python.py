@@ -128,6 +128,8 @@ class WarmPython:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the zygote (SIGTERM, waited for up to ``timeout`` s) and remove the folder (idempotent).
         The processes it forked end with the Spark that runs them."""
+        if self.zygote is not None and self._own_log is not None:
+            log.info("warm daemon: %d of Spark's Python processes forked warm", self.forked())
         if self.zygote is not None and self.zygote.poll() is None:
             self.zygote.terminate()
         if self.zygote is not None:

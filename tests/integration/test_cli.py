@@ -130,11 +130,11 @@ def test_backfill_replaces_the_bad_window_end_to_end(
     url = request.getfixturevalue("connect_server").url if engine == "connect" else None
     config = write_job_config(tmp_path, catalog_props, engine=engine, connect_url=url)
     monkeypatch.setenv("COLUMNS", "200")
-    # the submit engine's own log, on its logger (Airflow's logging setup replaces the root's handlers)
+    # the warm zygote's own log, on its logger (Airflow's logging setup replaces the root's handlers)
     submit_log: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: submit_log.append(record.getMessage())  # type: ignore[method-assign]
-    engine_logger = logging.getLogger("airflow_provider_kappa.engine.submit")
+    engine_logger = logging.getLogger("airflow_provider_kappa.engine.warm_python")
     engine_logger.addHandler(handler)
     monkeypatch.setattr(engine_logger, "level", logging.INFO)
     request.addfinalizer(lambda: engine_logger.removeHandler(handler))

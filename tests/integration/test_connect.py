@@ -237,6 +237,40 @@ def test_a_task_finds_the_owned_server_and_restarts_it_when_gone(tmp_path: Path,
     assert not state_file.exists() and not started.running()
 
 
+def test_a_server_whose_port_another_process_took_starts_on_another_port(
+    tmp_path: Path, catalog_props: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port is chosen free, then given to the server's JVM: another process may bind it first (seen
+    in CI, with two streams of tests starting servers). That port answers, but not from the server: the
+    start must not take it for the server's, and starts the server again on another port."""
+    import socket
+
+    from airflow_provider_kappa.engine import connect_server
+    from airflow_provider_kappa.engine.processes import holds_listener
+    from airflow_provider_kappa.job.config import load_config
+
+    cfg = load_config(write_job_config(tmp_path, catalog_props, engine="connect"))
+    thief = socket.socket()
+    thief.bind(("127.0.0.1", 0))
+    thief.listen(8)
+    taken = thief.getsockname()[1]
+    ports = iter([taken])
+    real_free_port = connect_server.free_port
+    monkeypatch.setattr(connect_server, "free_port", lambda: next(ports, None) or real_free_port())
+    server = connect_server.LocalConnectServer(cfg, tmp_path / "connect", write_archive=False)
+    try:
+        server.start()
+        port = int(server.url.rsplit(":", 1)[1])
+        assert port != taken and server.alive()
+        assert holds_listener(server.proc.pid, port) is True  # type: ignore[union-attr]
+        assert holds_listener(server.proc.pid, taken) is False  # type: ignore[union-attr]
+        assert holds_listener(os.getpid(), taken) is True
+    finally:
+        server.stop()
+        thief.close()
+    assert not server.alive()
+
+
 def test_a_long_backfill_recycles_its_local_server_and_holds_a_bounded_process_count(
     tmp_path: Path,
     catalog_props: dict[str, str],
