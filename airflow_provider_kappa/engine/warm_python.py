@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from airflow_provider_kappa.spark.warm_daemon import SOCKET_ENV
+from airflow_provider_kappa.spark.warm_daemon import FORKED_LINE, SOCKET_ENV
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,6 @@ WARM_DAEMON_MODULE = "airflow_provider_kappa.spark.warm_daemon"
 #: Set to ``0`` to start kappa's local Sparks with Spark's own (cold) Python daemon; unset or anything else:
 #: the warm daemon (benchmarks/README.md measured ~6 s -> ~2 s of fixed cost per Connect slice with it).
 WARM_DAEMON_ENV = "KAPPA_WARM_DAEMON"
-#: The zygote's line for each process it forked (:func:`~airflow_provider_kappa.spark.warm_daemon.serve`).
-FORKED_LINE = "warm daemon zygote: forked "
 USER_PYTHON_KEYS = ("spark.pyspark.python", "spark.pyspark.driver.python")
 
 

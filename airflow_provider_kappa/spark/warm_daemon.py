@@ -46,6 +46,9 @@ from airflow_provider_kappa.compat.pyspark import WORKER_MODULES
 
 #: Environment variable naming the zygote's Unix socket (set on the server's environment).
 SOCKET_ENV = "KAPPA_WARM_DAEMON_SOCKET"
+#: The start of the zygote's line on its stderr for each process it forks (counted by
+#: :attr:`~airflow_provider_kappa.engine.warm_python.WarmPython.forked`).
+FORKED_LINE = "warm daemon zygote: forked "
 #: Imported once by the zygote: pyspark's daemon and worker modules (their names are pyspark's
 #: internals: :mod:`airflow_provider_kappa.compat.pyspark`), Arrow, pyiceberg, the kappa_iceberg
 #: source and sink (what a slice's Python processes import).
@@ -264,7 +267,7 @@ def _fork_manager(conn: socket.socket, others: list[socket.socket]) -> int | Non
     for fd in fds:
         os.close(fd)
     # the module and its first argument (the daemon's worker module, e.g. pyspark.sql.worker.lookup_data_sources)
-    print(f"warm daemon zygote: forked {' '.join(request['args'][1:3])} as pid {pid}", file=sys.stderr, flush=True)
+    print(f"{FORKED_LINE}{' '.join(request['args'][1:3])} as pid {pid}", file=sys.stderr, flush=True)
     conn.sendall(_HEADER.pack(pid))
     conn.settimeout(None)
     return pid

@@ -19,8 +19,12 @@
    SparkCatalog in a job, on the newest Spark Iceberg builds a runtime for, with Python 3.12).
 
 ``--jobs 1`` installs and tests one end at a time, in that order (CI: the ends run beside ``make test``).
+``--wait-for PATH`` installs every end first, one after the other, then waits until PATH exists before any
+test (CI: the ends install with the machine's Python while ``make install`` builds .venv, whose stamp is PATH;
+the tests need what ``make install`` fetches).
 
-Usage: ``python tests/compat/run.py [--end low|high|spark41]... [--fresh] [--jobs 1|2] [pytest args...]``. Exit non-zero when
+Usage: ``python tests/compat/run.py [--end low|high|spark41]... [--fresh] [--jobs 1|2] [--wait-for PATH]
+[pytest args...]``. Exit non-zero when
 an end fails to install or its tests fail. Standard library only: runs under any supported Python.
 """
 
@@ -402,6 +406,20 @@ def test_end(end: End, python: Path, tree: Path, pytest_args: list[str]) -> bool
     return code == 0
 
 
+#: how long ``--wait-for`` waits for its file (CI: ``make install`` from nothing took 87-109 s)
+WAIT_SECONDS = 1800
+
+
+def wait_for(path: Path) -> None:
+    """Return once ``path`` exists; exit after :data:`WAIT_SECONDS`."""
+    started = time.monotonic()
+    while not path.exists():
+        if time.monotonic() - started > WAIT_SECONDS:
+            raise SystemExit(f"test-compat: {path} did not appear within {WAIT_SECONDS} s")
+        time.sleep(1)
+    log(f"{path} is there (waited {time.monotonic() - started:.0f} s)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--end", action="append", choices=sorted(ENDS), help="an end to run (default: all)")
@@ -412,6 +430,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=(1, 2),
         default=2,
         help="ends installed and tested at once (default 2; CI gives 1: it runs the ends beside `make test`)",
+    )
+    parser.add_argument(
+        "--wait-for",
+        type=Path,
+        metavar="PATH",
+        help="install every end first, then wait until PATH exists before testing (CI: stream 1's install is done)",
     )
     args, pytest_args = parser.parse_known_args(argv)
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -430,8 +454,15 @@ def main(argv: list[str] | None = None) -> int:
         for end in ends:
             shutil.rmtree(digest_dir(end.name), ignore_errors=True)
 
+        installed: dict[str, Path] = {}
+        if args.wait_for is not None:
+            for end in ends:
+                installed[end.name] = install(end, wheel, args.fresh)
+            wait_for(args.wait_for)
+
         def install_and_test(end: End) -> bool:
-            return test_end(end, install(end, wheel, args.fresh), trees[end.name], pytest_args)
+            python = installed.get(end.name) or install(end, wheel, args.fresh)
+            return test_end(end, python, trees[end.name], pytest_args)
 
         with ThreadPoolExecutor(max_workers=min(args.jobs, len(ends))) as pool:
             results = list(zip(ends, pool.map(install_and_test, ends)))
