@@ -11,6 +11,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from paths import PACKAGE, REPO
@@ -52,14 +53,19 @@ def test_every_requirement_is_imported_by_the_package() -> None:
     assert not unused, f"declared but never imported by the package: {unused}"
 
 
-def compat_ends() -> dict[str, object]:
-    """``make test-compat``'s ends (tests/compat/run.py's ENDS), loaded from the file."""
+def compat_run() -> Any:
+    """``make test-compat``'s runner, tests/compat/run.py, loaded from the file."""
     spec = importlib.util.spec_from_file_location("compat_run", REPO / "tests" / "compat" / "run.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
-    return dict(module.ENDS)
+    return module
+
+
+def compat_ends() -> dict[str, object]:
+    """``make test-compat``'s ends (tests/compat/run.py's ENDS)."""
+    return dict(compat_run().ENDS)
 
 
 def test_the_python_versions_declared_are_the_range_whose_ends_make_test_compat_runs() -> None:
@@ -100,11 +106,7 @@ def test_test_compat_fails_naming_the_backfill_and_the_rows_where_the_ends_diffe
     """make test-compat compares the digests each end's fixed backfills wrote: equal ends pass; a
     differing row or micro-batch count fails, naming the backfill, both ends and the rows; no digest
     fails a whole run only."""
-    spec = importlib.util.spec_from_file_location("compat_run", REPO / "tests" / "compat" / "run.py")
-    assert spec is not None and spec.loader is not None
-    run = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = run  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(run)
+    run = compat_run()
     monkeypatch.setattr(run, "CACHE", tmp_path)
     low, high = run.ENDS["low"], run.ENDS["high"]
     # nothing written: a failure for the whole run, not for one filtered with pytest arguments (-k)
@@ -126,3 +128,26 @@ def test_test_compat_fails_naming_the_backfill_and_the_rows_where_the_ends_diffe
     problems = run.compare_digests([low, high])
     assert any("backfill-submit: micro_batches" in p and "py3.10" in p and "py3.13" in p for p in problems)
     assert any("1 row(s) only on py3.10 (first [\"('b', 2)\"])" in p for p in problems), problems
+
+
+def test_test_compat_waits_for_the_file_it_is_given_and_exits_naming_it_after_its_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--wait-for PATH`` (CI: the ends' tests wait for stream 1's `make install`): returns once PATH
+    is there, polling; exits naming PATH when it does not come within ``WAIT_SECONDS``."""
+    run = compat_run()
+    ready = tmp_path / "ci-venv-ready"
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the file comes during the first poll
+        polls.append(seconds)
+        ready.touch()
+
+    monkeypatch.setattr(run.time, "sleep", sleep)
+    run.wait_for(ready)
+    assert polls == [1]
+    run.wait_for(ready)  # already there: no poll
+    assert polls == [1]
+    monkeypatch.setattr(run, "WAIT_SECONDS", -1)
+    with pytest.raises(SystemExit, match=f"{tmp_path / 'missing'} did not appear within -1 s"):
+        run.wait_for(tmp_path / "missing")
