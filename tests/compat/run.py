@@ -20,8 +20,8 @@
 
 ``--jobs 1`` installs and tests one end at a time, in that order (CI: the ends run beside ``make test``).
 ``--wait-for PATH`` installs every end first, one after the other, then waits until PATH exists before any
-test (CI: the ends install with the machine's Python while ``make install`` builds .venv, whose stamp is PATH;
-the tests need what ``make install`` fetches).
+test (CI: the ends install with the machine's Python while ``make install`` builds .venv, and PATH is the file
+CI writes once that is done: the tests need the JVM jars and Spark's Ivy cache ``make install`` fetches).
 
 Usage: ``python tests/compat/run.py [--end low|high|spark41]... [--fresh] [--jobs 1|2] [--wait-for PATH]
 [pytest args...]``. Exit non-zero when

@@ -149,5 +149,5 @@ def test_test_compat_waits_for_the_file_it_is_given_and_exits_naming_it_after_it
     run.wait_for(ready)  # already there: no poll
     assert polls == [1]
     monkeypatch.setattr(run, "WAIT_SECONDS", -1)
-    with pytest.raises(SystemExit, match=f"{tmp_path / 'missing'} did not appear within -1 s"):
+    with pytest.raises(SystemExit, match=re.escape(f"{tmp_path / 'missing'} did not appear within -1 s")):
         run.wait_for(tmp_path / "missing")
