@@ -4,10 +4,10 @@ Spark Connect server, a spark-submit with a local master).
 A :class:`WarmPython` owns the zygote of :mod:`airflow_provider_kappa.spark.warm_daemon` (one
 interpreter that imported pyspark's worker modules, pyarrow, pyiceberg and kappa's source and sink
 once) and a small wrapper script Spark runs as its Python (``PYSPARK_PYTHON`` and
-``PYSPARK_DRIVER_PYTHON``): ``python -m pyspark.*`` goes to the zygote, which forks it with
-everything imported; anything else (the job's own driver, ``python app.py``) runs this interpreter
-as before. Both live in a private temporary folder with a short path (``AF_UNIX`` paths are at most
-107 bytes). The zygote ends within a second of the process it watches and by :meth:`WarmPython.stop`.
+``PYSPARK_DRIVER_PYTHON``): ``python -m pyspark.*`` and the job's own driver (``python app.py``, as
+spark-submit starts it) go to the zygote, which forks them with everything imported; anything else
+(``python -c``) runs this interpreter as before. Both live in a private temporary folder with a
+short path (``AF_UNIX`` paths are at most 107 bytes). The zygote ends within a second of the process it watches and by :meth:`WarmPython.stop`.
 
 Off with ``KAPPA_WARM_DAEMON=0`` (Spark's own daemon, cold) and when the job sets its own
 ``spark.pyspark.python`` (:func:`warm_enabled`). No Airflow, pyspark or pyiceberg import here.
@@ -62,8 +62,10 @@ class WarmPython:
             self._folder = Path(tempfile.mkdtemp(prefix="kappa-wd-"))
             self.wrapper.write_text(
                 "#!/bin/sh\n"
-                "# PYSPARK_PYTHON of a Spark kappa started on this machine: pyspark's own processes forked warm\n"
+                "# PYSPARK_PYTHON of a Spark kappa started on this machine: pyspark's own processes and the job's\n"
+                "# driver (python APP.py, as spark-submit starts it) forked warm; anything else as it is\n"
                 f'if [ "$1" = "-m" ]; then case "$2" in pyspark.*) exec "{sys.executable}" -m {WARM_DAEMON_MODULE} --run "$@";; esac; fi\n'
+                f'case "$1" in -*) ;; *.py) exec "{sys.executable}" -m {WARM_DAEMON_MODULE} --run "$@";; esac\n'
                 f'exec "{sys.executable}" "$@"\n'
             )
             self.wrapper.chmod(0o700)
