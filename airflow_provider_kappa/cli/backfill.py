@@ -204,6 +204,8 @@ def run_slices(
                 continue
             progress.update(task, description=f"slice {sp.slice_id} {sp.read_start:%H:%M}→{sp.read_end:%H:%M}")
             log_path = logs / f"{sp.slice_id}.log"
+            if sp is plan.slices[-1]:
+                engine.last_slice()  # e.g. no spare Spark Connect runner for a slice after it
             try:
                 with slice_log(log_path):
                     result = run_slice(bf, sp, engine=engine)

@@ -2,8 +2,8 @@
 
 A backfill holds one :class:`Engine` for its whole run (``kappa backfill``) or one per task (the
 Airflow operators): :meth:`Engine.start` before the first slice (a local Spark Connect server
-started and warmed; nothing for spark-submit), :meth:`Engine.run` once per slice,
-:meth:`Engine.stop` at the end (also on failure), :meth:`Engine.kill` from another thread or a
+started and warmed; nothing for spark-submit), :meth:`Engine.run` once per slice
+(:meth:`Engine.last_slice` before the last), :meth:`Engine.stop` at the end (also on failure), :meth:`Engine.kill` from another thread or a
 signal handler (an Airflow task's ``on_kill``). The engines are
 :class:`~airflow_provider_kappa.engine.submit.SubmitEngine` and
 :class:`~airflow_provider_kappa.engine.connect.ConnectEngine`; :func:`engine_for` in
@@ -49,6 +49,10 @@ class Engine(ABC):
 
     def start(self) -> None:  # noqa: B027 - a no-op by default on purpose
         """Get ready for the slices (idempotent). The default does nothing."""
+
+    def last_slice(self) -> None:  # noqa: B027 - a no-op by default on purpose
+        """The next :meth:`run` is the backfill's last: nothing need be made ready for a slice after it.
+        The default does nothing."""
 
     def before_attempt(self, slice_id: str) -> None:  # noqa: B027
         """Before a new attempt of ``slice_id``: release what an earlier attempt left running. The

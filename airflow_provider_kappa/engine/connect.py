@@ -346,7 +346,8 @@ class ConnectEngine(Engine):
     After :meth:`start` (``kappa backfill``: many slices in this process, one after the other), each
     slice runs in a :class:`SpareRunner` started while the slice before it ran, its imports done and
     its session opened there (the first one only imports, while the snapshot and plan run), so neither
-    is on the slices' path; :meth:`stop` ends the one left over. An Airflow slice task runs one slice
+    is on the slices' path; none is started while the last slice runs (:meth:`last_slice`), and
+    :meth:`stop` ends one left over (a failed slice's successor). An Airflow slice task runs one slice
     and starts its runner then.
 
     :param cfg: the job config.
@@ -368,6 +369,7 @@ class ConnectEngine(Engine):
         self._sessions = 0  # sessions run on the owned server since it started
         self._spare: SpareRunner | None = None
         self._spares = False  # start() was called: more slices follow in this process
+        self._last = False  # last_slice() was called: no slice follows the next one
         self._created: Path | None = None  # the topmost folder start() created for the owned server
         self._stopped = False  # stop() was called: a start() under way in another thread starts no server
 
@@ -464,9 +466,15 @@ class ConnectEngine(Engine):
             # does; the retry must not fail because an old session could not be reached.
             log.warning("slice %s: the previous attempt's Spark Connect session was not stopped: %s", slice_id, e)
 
+    def last_slice(self) -> None:
+        """No spare runner after the next slice: one would start, import and open a session only to be
+        stopped (:meth:`stop`)."""
+        self._last = True
+
     def _next_spare(self) -> None:
-        """Start the next slice's spare runner, once :meth:`start` was called and none is waiting."""
-        if not self._spares or self._spare is not None:
+        """Start the next slice's spare runner, once :meth:`start` was called, unless none is waiting or
+        the slice running is the last."""
+        if not self._spares or self._last or self._spare is not None:
             return
         url = self.server_url()
         try:
