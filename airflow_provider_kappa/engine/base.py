@@ -3,8 +3,8 @@
 A backfill holds one :class:`Engine` for its whole run (``kappa backfill``) or one per task (the
 Airflow operators): :meth:`Engine.start` before the first slice (a local Spark Connect server
 started and warmed; nothing for spark-submit), :meth:`Engine.run` once per slice
-(:meth:`Engine.last_slice` before the last), :meth:`Engine.stop` at the end (also on failure), :meth:`Engine.kill` from another thread or a
-signal handler (an Airflow task's ``on_kill``). The engines are
+(:meth:`Engine.last_slice` before the last), :meth:`Engine.stop` at the end (also on failure),
+:meth:`Engine.kill` from another thread or a signal handler (an Airflow task's ``on_kill``). The engines are
 :class:`~airflow_provider_kappa.engine.submit.SubmitEngine` and
 :class:`~airflow_provider_kappa.engine.connect.ConnectEngine`; :func:`engine_for` in
 :mod:`~airflow_provider_kappa.engine.engines` picks the job's.

@@ -7,7 +7,8 @@ once) and a small wrapper script Spark runs as its Python (``PYSPARK_PYTHON`` an
 ``PYSPARK_DRIVER_PYTHON``): ``python -m pyspark.*`` and the job's own driver (``python app.py``, as
 spark-submit starts it) go to the zygote, which forks them with everything imported; anything else
 (``python -c``) runs this interpreter as before. Both live in a private temporary folder with a
-short path (``AF_UNIX`` paths are at most 107 bytes). The zygote ends within a second of the process it watches and by :meth:`WarmPython.stop`.
+short path (``AF_UNIX`` paths are at most 107 bytes). The zygote ends within a second of the process it
+watches and by :meth:`WarmPython.stop`.
 
 Off with ``KAPPA_WARM_DAEMON=0`` (Spark's own daemon, cold) and when the job sets its own
 ``spark.pyspark.python`` (:func:`warm_enabled`). No Airflow, pyspark or pyiceberg import here.

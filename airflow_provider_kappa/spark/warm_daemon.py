@@ -21,7 +21,7 @@ runs ``pyspark.daemon``'s manager itself, exactly as Spark's default daemon.
 A spark-submit with a local master that kappa starts hands its job's driver (``python APP.py``) to the
 zygote as well: the driver forks with pyspark imported and runs the script as ``python`` would
 (``__main__``, ``sys.argv``, the script's folder first on ``sys.path``), and ends as a cold interpreter
-does (``benchmarks/bench_warm_driver.py``: the driver's CPU 1.36 s -> 0.11 s).
+does (``benchmarks/bench_warm_driver.py``: the driver's CPU 1.37 s -> 0.11 s).
 
 The zygote stays single-threaded (``OPENBLAS_NUM_THREADS=1`` before numpy is imported) so that
 forking it is safe, freezes what it imported for the garbage collector (``gc.freeze``: a child's full
@@ -158,17 +158,21 @@ def _recv_exactly(conn: socket.socket, size: int) -> bytes:
 # --------------------------------------------------------------------------- the zygote
 
 
-def preload() -> list[str]:
-    """Import pyspark's worker modules and :data:`PRELOAD` (single-threaded BLAS first); the modules that
-    failed to import."""
-    import importlib
-
+def preloaded() -> tuple[str, ...]:
+    """What the zygote imports: pyspark's worker modules, then :data:`PRELOAD`."""
     from airflow_provider_kappa.compat.pyspark import WORKER_MODULES
+
+    return (*WORKER_MODULES, *PRELOAD)
+
+
+def preload() -> list[str]:
+    """Import :func:`preloaded` (single-threaded BLAS first); the modules that failed to import."""
+    import importlib
 
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     failed = []
-    for name in (*WORKER_MODULES, *PRELOAD):
+    for name in preloaded():
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - an optional module missing only makes its forks colder
@@ -192,7 +196,7 @@ def serve(path: str, watch_pid: int | None) -> None:
     # exit 372 ms -> 95 ms; test_cli's and test_dag's backfills 208-221 -> 182-188 CPU-s (docs/testing.md).
     gc.freeze()
     print(
-        f"warm daemon zygote: {len(PRELOAD) - len(failed)} modules in {time.monotonic() - began:.1f}s"
+        f"warm daemon zygote: {len(preloaded()) - len(failed)} modules in {time.monotonic() - began:.1f}s"
         + (f", not imported: {failed}" if failed else ""),
         file=sys.stderr,
         flush=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_kappa.engine.warm_python import WARM_DAEMON_ENV, WarmPython, warm_enabled
-from airflow_provider_kappa.spark.warm_daemon import SOCKET_ENV
+from airflow_provider_kappa.spark.warm_daemon import SOCKET_ENV, preloaded
 
 
 def test_warm_by_default_off_by_the_variable_or_a_python_of_the_users(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,6 +86,7 @@ def test_the_zygote_forks_a_jobs_driver_as_python_runs_the_script(tmp_path: Path
         assert failed.stderr.rstrip().endswith("RuntimeError: the job failed"), failed.stderr
         assert warm.socket.exists() and warm.zygote.poll() is None  # the drivers' ends left the zygote serving
         log = warm.log_file.read_text()
+        assert f"warm daemon zygote: {len(preloaded())} modules in " in log, log  # every one imported
         assert log.count(f"forked driver {app}") == 2, log
         assert warm.forked() == 2
     finally:
