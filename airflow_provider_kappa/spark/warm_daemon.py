@@ -279,7 +279,7 @@ def _reap(children: dict[int, socket.socket]) -> None:
             conn.close()
 
 
-def _fork_manager(conn: socket.socket, others: list[socket.socket], pipe: tuple[int, int] = (-1, -1)) -> int | None:
+def _fork_manager(conn: socket.socket, others: list[socket.socket], pipe: tuple[int, int]) -> int | None:
     """Receive a stub's request and fork its process (a ``pyspark.daemon`` manager, a pyspark module, or a
     job's driver); the child's pid (``None`` on a bad request). ``others``: the zygote's sockets, and
     ``pipe`` its SIGCHLD wake-up pipe, closed in the child."""
@@ -304,8 +304,7 @@ def _fork_manager(conn: socket.socket, others: list[socket.socket], pipe: tuple[
                 sock.close()
             signal.set_wakeup_fd(-1)
             for fd in pipe:
-                if fd >= 0:
-                    os.close(fd)
+                os.close(fd)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
                 os.close(fd)
