@@ -56,7 +56,8 @@ $(STAMP): setup.cfg pyproject.toml airflow_provider_kappa/engine/jvm.py jvm/fetc
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	@# --no-compile: bytecode is written on first import, for the modules imported (2457 of 13772 files in the
-	@# Spark 4.1 compat venv after its tests), not at install for all of them (compileall: ~30 CPU-s here)
+	@# Spark 4.1 compat venv after its tests), not at install for all of them (this install: 118-121 CPU-s with
+	@# compiling, 76-79 without; docs/testing.md, session 36)
 	$(BIN)/pip install --quiet --no-compile -e '.[test,demo]'
 	# pyspark-client (from the Spark provider) overwrites part of the pyspark package;
 	# reinstall pyspark last, at pyspark-client's release, so every file is pyspark's own.
