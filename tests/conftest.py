@@ -105,23 +105,44 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """One local SparkSession for the whole test run (2 cores on CI)."""
+    """One local SparkSession for the whole test run (2 cores on CI). Its Python workers fork from kappa's
+    warm daemon, as those of every Spark kappa starts on this machine (engine/warm_python.py), not from a
+    cold ``pyspark.daemon`` that imports pyspark, pyarrow and pyiceberg again in each worker (71 CPU-s of a
+    CI: docs/testing.md, session 37); Spark's own daemon with ``KAPPA_WARM_DAEMON=0``."""
     from pyspark.sql import SparkSession
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("kappa-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        # a loaded 2-core machine can take long to start a Python worker
-        .config("spark.python.authenticate.socketTimeout", "120s")
-        .getOrCreate()
-    )
+    from airflow_provider_kappa.engine.warm_python import WarmPython, warm_enabled
+
+    warm = WarmPython() if warm_enabled() else None
+    if warm is not None:
+        warm.start(dict(os.environ), watch_pid=os.getpid())
+    # the JVM (launched with this process's environment) and the SparkContext (PYSPARK_PYTHON, the workers'
+    # Python) take the wrapper as the session starts; every other process the tests start keeps this one's
+    saved = {key: os.environ.get(key) for key in (warm.env() if warm else {})}
+    os.environ.update(warm.env() if warm else {})
+    try:
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("kappa-tests")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.sql.streaming.stopTimeout", "30s")
+            # a loaded 2-core machine can take long to start a Python worker
+            .config("spark.python.authenticate.socketTimeout", "120s")
+            .getOrCreate()
+        )
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     yield session
     session.stop()
+    if warm is not None:
+        warm.stop()
 
 
 @pytest.fixture()
