@@ -105,10 +105,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """One local SparkSession for the whole test run (2 cores on CI). Its Python workers fork from kappa's
-    warm daemon, as those of every Spark kappa starts on this machine (engine/warm_python.py), not from a
-    cold ``pyspark.daemon`` that imports pyspark, pyarrow and pyiceberg again in each worker (71 CPU-s of a
-    CI: docs/testing.md, session 37); Spark's own daemon with ``KAPPA_WARM_DAEMON=0``."""
+    """One local SparkSession for the whole test run (2 cores on CI). Its Python processes fork from kappa's
+    warm daemon, as those of every Spark kappa starts on this machine (engine/warm_python.py), not from Spark's
+    own daemon, whose every worker and runner imported pyarrow, pyiceberg and kappa's source and sink again (the
+    modules using it: 122-139 busy CPU-s cold, 62-64 warm; docs/testing.md, session 37). Spark's own daemon with
+    ``KAPPA_WARM_DAEMON=0``."""
     from pyspark.sql import SparkSession
 
     from airflow_provider_kappa.engine.warm_python import WarmPython, warm_enabled
@@ -118,8 +119,9 @@ def spark() -> Iterator[object]:
         warm.start(dict(os.environ), watch_pid=os.getpid())
     # the JVM (launched with this process's environment) and the SparkContext (PYSPARK_PYTHON, the workers'
     # Python) take the wrapper as the session starts; every other process the tests start keeps this one's
-    saved = {key: os.environ.get(key) for key in (warm.env() if warm else {})}
-    os.environ.update(warm.env() if warm else {})
+    wrapper = warm.env() if warm is not None else {}
+    saved = {key: os.environ.get(key) for key in wrapper}
+    os.environ.update(wrapper)
     try:
         session = (
             SparkSession.builder.master("local[2]")
