@@ -135,6 +135,10 @@ def spark() -> Iterator[object]:
             .config("spark.python.authenticate.socketTimeout", "120s")
             .getOrCreate()
         )
+    except BaseException:
+        if warm is not None:  # no session: its zygote goes now, not at the end of the run
+            warm.stop()
+        raise
     finally:
         for key, value in saved.items():
             if value is None:
