@@ -173,8 +173,13 @@ class SourceAppender:
         self.count += 1
 
 
+#: how often :class:`Repeatedly` looks again for its ``start_when``
+START_POLL_SECONDS = 0.05
+
+
 class Repeatedly:
-    """Call ``fn`` every ``interval`` seconds in a thread until stopped (errors are re-raised on stop)."""
+    """Call ``fn`` every ``interval`` seconds in a thread until stopped (errors are re-raised on stop); with
+    ``start_when``, only while it holds, looked for every :data:`START_POLL_SECONDS` while it does not."""
 
     def __init__(self, fn: Any, interval: float, start_when: Any = None, max_calls: int = 1000) -> None:
         self.fn, self.interval, self.start_when, self.max_calls = fn, interval, start_when, max_calls
@@ -189,7 +194,9 @@ class Repeatedly:
                 if self.start_when is None or self.start_when():
                     self.fn()
                     self.calls += 1
-                self.stop_event.wait(self.interval)
+                    self.stop_event.wait(self.interval)
+                else:  # looked for again soon: a slice on a warm engine can end within one interval
+                    self.stop_event.wait(min(self.interval, START_POLL_SECONDS))
         except BaseException as e:  # noqa: BLE001  (re-raised in stop())
             self.error = e
 
